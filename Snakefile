@@ -1,0 +1,27 @@
+# GRAB-RAG: abstention under missing and misleading retrieved evidence.
+# This file only validates the config and includes the stages; see README.md.
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+# config.yaml is the embedded default. A config given with --configfile replaces it
+# whole instead of being merged into it, so config/paper.yaml runs only the paper's
+# models and datasets.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/assets.smk"
+include: "rules/data.smk"
+include: "rules/retrieval.smk"
+include: "rules/contexts.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True

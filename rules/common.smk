@@ -1,0 +1,54 @@
+# Config validation, wildcard constraints and input functions shared by every stage.
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+
+from grabrag.assets import manifest_path
+from grabrag.config import validate_config
+from grabrag.contexts import CONDITIONS
+from grabrag.errors import ConfigError
+
+try:
+    config.update(validate_config(config))
+except ConfigError as _error:
+    raise WorkflowError(f"Invalid config: {_error}") from None
+
+RESULTS = config["results_dir"]
+RESOURCES = config["resources_dir"]
+DATASETS = sorted(config["datasets"])
+
+
+def _alternatives(names):
+    return "|".join(re.escape(n) for n in sorted(names))
+
+
+wildcard_constraints:
+    asset=_alternatives(config["assets"]),
+    dataset=_alternatives(config["datasets"]),
+
+
+def asset_manifest(name):
+    """The file target that stands for one materialised asset."""
+    return manifest_path(RESOURCES, name)
+
+
+def dataset_asset(wildcards):
+    return asset_manifest(config["datasets"][wildcards.dataset]["asset"])
+
+
+def tokenizer_asset():
+    return config["contexts"]["tokenizer"] or config["retrieval"]["encoder"]
+
+
+def context_files(dataset):
+    return [f"{RESULTS}/contexts/{dataset}/{condition}.jsonl" for condition in CONDITIONS]
+
+
+def all_targets():
+    targets = []
+    for dataset in DATASETS:
+        targets += context_files(dataset)
+        targets.append(f"{RESULTS}/contexts/{dataset}/report.json")
+    return targets

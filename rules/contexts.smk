@@ -1,0 +1,23 @@
+# Stage 3: the paired context conditions Q100, Q50, Q0 and Qclosed.
+
+
+rule build_contexts:
+    input:
+        questions=f"{RESULTS}/data/{{dataset}}/questions.jsonl",
+        corpus=f"{RESULTS}/data/{{dataset}}/corpus.jsonl",
+        ranking=f"{RESULTS}/retrieval/{{dataset}}/hard_negatives.jsonl",
+        tokenizer=asset_manifest(tokenizer_asset()),
+    output:
+        **{
+            condition: f"{RESULTS}/contexts/{{dataset}}/{condition}.jsonl"
+            for condition in CONDITIONS
+        },
+        report=f"{RESULTS}/contexts/{{dataset}}/report.json",
+    params:
+        contexts=config["contexts"],
+        seed=config["seed"],
+        tokenizer=tokenizer_asset(),
+    log:
+        f"{RESULTS}/logs/build_contexts/{{dataset}}.log",
+    script:
+        "../workflow/scripts/build_contexts.py"

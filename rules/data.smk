@@ -1,0 +1,17 @@
+# Stage 1: sample N questions per dataset into the common schema, plus the passage corpus.
+
+
+rule prepare_data:
+    input:
+        source=dataset_asset,
+    output:
+        questions=f"{RESULTS}/data/{{dataset}}/questions.jsonl",
+        corpus=f"{RESULTS}/data/{{dataset}}/corpus.jsonl",
+        report=f"{RESULTS}/data/{{dataset}}/report.json",
+    params:
+        dataset=lambda wildcards: config["datasets"][wildcards.dataset],
+        seed=config["seed"],
+    log:
+        f"{RESULTS}/logs/prepare_data/{{dataset}}.log",
+    script:
+        "../workflow/scripts/prepare_data.py"

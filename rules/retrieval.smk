@@ -1,0 +1,37 @@
+# Stage 2: hybrid BM25 + dense retrieval and hard negatives.
+
+
+rule embed_corpus:
+    input:
+        corpus=f"{RESULTS}/data/{{dataset}}/corpus.jsonl",
+        encoder=asset_manifest(config["retrieval"]["encoder"]),
+    output:
+        embeddings=f"{RESULTS}/retrieval/{{dataset}}/corpus_embeddings.npz",
+    params:
+        encoder=config["retrieval"]["encoder"],
+        batch_size=config["retrieval"]["batch_size"],
+    log:
+        f"{RESULTS}/logs/embed_corpus/{{dataset}}.log",
+    threads: workflow.cores
+    script:
+        "../workflow/scripts/embed_corpus.py"
+
+
+rule retrieve:
+    input:
+        questions=f"{RESULTS}/data/{{dataset}}/questions.jsonl",
+        corpus=f"{RESULTS}/data/{{dataset}}/corpus.jsonl",
+        embeddings=f"{RESULTS}/retrieval/{{dataset}}/corpus_embeddings.npz",
+        encoder=asset_manifest(config["retrieval"]["encoder"]),
+    output:
+        ranking=f"{RESULTS}/retrieval/{{dataset}}/hard_negatives.jsonl",
+    params:
+        bm25_weight=config["retrieval"]["bm25_weight"],
+        dense_weight=config["retrieval"]["dense_weight"],
+        n_candidates=config["retrieval"]["n_candidates"],
+        n_hard_negatives=config["retrieval"]["n_hard_negatives"],
+    log:
+        f"{RESULTS}/logs/retrieve/{{dataset}}.log",
+    threads: workflow.cores
+    script:
+        "../workflow/scripts/retrieve.py"

@@ -1,0 +1,101 @@
+"""Config validation against the one JSON schema, with defaults filled in."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+import jsonschema
+import yaml
+
+from .errors import ConfigError
+
+SCHEMA_FILE = "config.schema.yaml"
+
+
+def load_schema() -> dict[str, Any]:
+    text = resources.files("grabrag").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+def _with_defaults(validator_class: type) -> type:
+    """A validator that fills ``default`` values of object properties as it validates."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):  # type: ignore[no-untyped-def]
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema and name not in instance:
+                    instance[name] = copy.deepcopy(subschema["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+_Validator = _with_defaults(jsonschema.Draft7Validator)
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "(top level)"
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    if error.validator == "additionalProperties":
+        return f"config key '{_key_path(error)}': {error.message} (unknown key: check its spelling)"
+    if error.validator == "oneOf" and _key_path(error).startswith("assets."):
+        return (
+            f"config key '{_key_path(error)}': an asset needs exactly one source: "
+            "'pypi' (with 'member' and 'container_sha256'), 'path', or 'hub'"
+        )
+    return f"config key '{_key_path(error)}': {error.message}"
+
+
+def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a validated copy of ``config`` with defaults filled in.
+
+    Raises ConfigError naming the offending key; cross-references (an asset named by a
+    model, dataset or encoder) are checked too.
+    """
+    checked = copy.deepcopy(dict(config))
+    errors = sorted(_Validator(load_schema()).iter_errors(checked), key=lambda e: e.path)
+    if errors:
+        best = jsonschema.exceptions.best_match(errors)
+        raise ConfigError(_describe(best))
+    assets = checked["assets"]
+
+    def need_asset(key: str, name: str | None) -> None:
+        if name is not None and name not in assets:
+            raise ConfigError(
+                f"config key '{key}' names asset '{name}', which is not under 'assets' "
+                f"(known: {', '.join(sorted(assets))})"
+            )
+
+    for model, spec in checked["models"].items():
+        need_asset(f"models.{model}.asset", spec["asset"])
+    for dataset, spec in checked["datasets"].items():
+        need_asset(f"datasets.{dataset}.asset", spec["asset"])
+    need_asset("retrieval.encoder", checked["retrieval"]["encoder"])
+    need_asset("contexts.tokenizer", checked["contexts"]["tokenizer"])
+    need_asset("ner.asset", checked["ner"]["asset"])
+    need_asset("nli.asset", checked["nli"]["asset"])
+    contexts = checked["contexts"]
+    if contexts["n_gold_q50"] > contexts["n_passages"]:
+        raise ConfigError(
+            "config key 'contexts.n_gold_q50' must not exceed 'contexts.n_passages' "
+            f"({contexts['n_gold_q50']} > {contexts['n_passages']})"
+        )
+    return checked
+
+
+def load_config(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = yaml.safe_load(handle)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the config must be a mapping of keys")
+    return validate_config(raw)

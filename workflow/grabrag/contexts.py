@@ -1,0 +1,204 @@
+"""The paired context conditions (GRAB-RAG section 3.2).
+
+For question i (its 0-based position in the sampled list) every condition shuffles with
+a fresh ``random.Random(seed + i)``, so each condition is reproducible on its own and a
+new condition (QC, QX) never changes the existing ones.
+
+* Q100: n_passages gold passages; with fewer golds they are reused in turn to fill.
+* Q50: n_gold_q50 gold slots (reused in turn when short) + hard negatives.
+* Q0: n_passages hard negatives.
+* Qclosed: no passages.
+
+The context is capped at ``max_context_tokens`` tokens of the given tokenizer by
+water-filling: when the passages are too long together, the longest are cut to a common
+length L (the largest L that fits), so short passages stay whole.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .text import contains_alias
+
+CONDITIONS = ("Q100", "Q50", "Q0", "Qclosed")
+GOLD = "gold"
+HARD_NEGATIVE = "hard_negative"
+
+
+@dataclass
+class TokenCounter:
+    """Counts tokens and cuts text to a token budget with a Hugging Face fast tokenizer."""
+
+    tokenizer: Any
+
+    def count(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+
+    def truncate(self, text: str, n_tokens: int) -> str:
+        encoded = self.tokenizer(
+            text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
+        )
+        offsets = encoded["offset_mapping"]
+        if len(offsets) <= n_tokens:
+            return text
+        if n_tokens <= 0:
+            return ""
+        return text[: offsets[n_tokens - 1][1]].rstrip()
+
+
+def load_token_counter(tokenizer_dir: str) -> TokenCounter:
+    from transformers import AutoTokenizer
+
+    return TokenCounter(AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True))
+
+
+def render_passage(position: int, passage: dict[str, Any]) -> str:
+    header = f"[{position}] {passage['title']}".rstrip()
+    return f"{header}\n{passage['text']}"
+
+
+def render_context(passages: Sequence[dict[str, Any]]) -> str:
+    """The {context} string of the prompt: numbered passages separated by blank lines."""
+    return "\n\n".join(render_passage(k, p) for k, p in enumerate(passages, start=1))
+
+
+def water_fill(lengths: Sequence[int], budget: int) -> int | None:
+    """Largest per-passage cap L with sum(min(len, L)) <= budget; None when all fit."""
+    if sum(lengths) <= budget:
+        return None
+    low, high = 0, max(lengths)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if sum(min(n, mid) for n in lengths) <= budget:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def cap_passages(
+    passages: list[dict[str, Any]], counter: TokenCounter, max_tokens: int
+) -> list[dict[str, Any]]:
+    """Cut passage texts so the passages' tokens together fit ``max_tokens``."""
+    lengths = [counter.count(p["text"]) for p in passages]
+    cap = water_fill(lengths, max_tokens)
+    out = []
+    for passage, length in zip(passages, lengths, strict=True):
+        passage = dict(passage)
+        if cap is not None and length > cap:
+            passage["text"] = counter.truncate(passage["text"], cap)
+            passage["truncated_from_tokens"] = length
+            length = counter.count(passage["text"])
+        passage["tokens"] = length
+        out.append(passage)
+    return out
+
+
+def fill_gold(gold: Sequence[dict[str, Any]], n_slots: int) -> list[dict[str, Any]]:
+    """Gold passages in turn until ``n_slots`` are filled (reused when there are fewer)."""
+    return [dict(gold[k % len(gold)]) for k in range(n_slots)] if gold and n_slots else []
+
+
+def condition_passages(
+    condition: str,
+    gold: Sequence[dict[str, Any]],
+    hard_negatives: Sequence[dict[str, Any]],
+    n_passages: int,
+    n_gold_q50: int,
+) -> list[dict[str, Any]]:
+    """Passages of one condition, before shuffling, each tagged with its role."""
+    golds = [{**p, "role": GOLD} for p in gold]
+    negatives = [{**p, "role": HARD_NEGATIVE} for p in hard_negatives]
+    if condition == "Q100":
+        return fill_gold(golds, n_passages)
+    if condition == "Q50":
+        return fill_gold(golds, n_gold_q50) + negatives[: n_passages - n_gold_q50]
+    if condition == "Q0":
+        return negatives[:n_passages]
+    if condition == "Qclosed":
+        return []
+    raise ValueError(f"unknown condition {condition!r}; known: {', '.join(CONDITIONS)}")
+
+
+def build_context_row(
+    index: int,
+    question: dict[str, Any],
+    condition: str,
+    passages: list[dict[str, Any]],
+    seed: int,
+    counter: TokenCounter,
+    max_tokens: int,
+) -> dict[str, Any]:
+    """Shuffle with Random(seed + index), cap to the token budget, render the context."""
+    passages = list(passages)
+    random.Random(seed + index).shuffle(passages)
+    passages = cap_passages(passages, counter, max_tokens) if passages else []
+    context = render_context(passages)
+    return {
+        "qid": question["qid"],
+        "index": index,
+        "condition": condition,
+        "question": question["question"],
+        "answers": question["answers"],
+        "passages": passages,
+        "context": context,
+        "context_tokens": sum(p["tokens"] for p in passages),
+        "truncated": any("truncated_from_tokens" in p for p in passages),
+        # Auditing aid: the cap can cut the answer out of a long gold passage.
+        "answer_in_context": contains_alias(context, question["answers"]),
+    }
+
+
+def build_contexts(
+    questions: Sequence[dict[str, Any]],
+    retrieval: dict[str, dict[str, Any]],
+    corpus: dict[str, dict[str, str]],
+    seed: int,
+    counter: TokenCounter,
+    n_passages: int = 5,
+    n_gold_q50: int = 3,
+    max_tokens: int = 1500,
+    conditions: Sequence[str] = CONDITIONS,
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
+    """Rows per condition plus a report.
+
+    Stated rule for short hard-negative lists: a question with fewer than
+    ``n_passages`` hard negatives in the whole corpus cannot fill Q0, so it is dropped
+    from every condition (keeping all conditions paired on one question set) and
+    counted in the report.
+    """
+    rows: dict[str, list[dict[str, Any]]] = {c: [] for c in conditions}
+    dropped: list[str] = []
+    truncated = {c: 0 for c in conditions}
+    answer_lost = {c: 0 for c in conditions}
+    for index, question in enumerate(questions):
+        ranked = retrieval.get(question["qid"])
+        if ranked is None:
+            raise KeyError(f"question {question['qid']} has no retrieval row")
+        negatives = [corpus[pid] for pid in ranked["hard_negatives"]]
+        if len(negatives) < n_passages:
+            dropped.append(question["qid"])
+            continue
+        for condition in conditions:
+            passages = condition_passages(
+                condition, question["gold_passages"], negatives, n_passages, n_gold_q50
+            )
+            row = build_context_row(index, question, condition, passages, seed, counter, max_tokens)
+            truncated[condition] += row["truncated"]
+            has_gold = any(p["role"] == GOLD for p in row["passages"])
+            answer_lost[condition] += row["truncated"] and has_gold and not row["answer_in_context"]
+            rows[condition].append(row)
+    report = {
+        "questions": len(questions),
+        "kept": len(questions) - len(dropped),
+        "dropped_insufficient_hard_negatives": dropped,
+        "truncated_contexts": truncated,
+        "truncated_contexts_without_answer": answer_lost,
+        "max_context_tokens": max_tokens,
+        "n_passages": n_passages,
+        "n_gold_q50": n_gold_q50,
+    }
+    return rows, report

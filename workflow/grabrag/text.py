@@ -1,0 +1,30 @@
+"""Alias matching shared by hard-negative mining and (later) leakage checks."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from .metrics import normalize_answer
+
+
+def contains_alias(text: str, aliases: Iterable[str]) -> bool:
+    """True when any alias occurs in ``text`` on word boundaries, after SQuAD normalisation.
+
+    Both sides are normalised (case, punctuation, articles, whitespace), so "the U.S." in
+    a passage matches the alias "US", and "Paris" does not match inside "Parisian".
+    """
+    haystack = f" {normalize_answer(text)} "
+    for alias in aliases:
+        needle = normalize_answer(alias)
+        if needle and f" {needle} " in haystack:
+            return True
+    return False
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def word_tokens(text: str) -> list[str]:
+    """Lower-cased word tokens: the BM25 tokenisation and the short-answer length test."""
+    return _WORD.findall(text.lower())

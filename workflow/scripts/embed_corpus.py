@@ -1,0 +1,24 @@
+"""Rule embed_corpus: dense embeddings of the corpus, computed once per dataset."""
+
+import numpy as np
+import torch
+
+from grabrag.assets import resolve
+from grabrag.io import atomic_write, read_jsonl
+from grabrag.retrieval import embed, load_encoder, passage_text
+from grabrag.runner import log, run_rule
+
+
+def main(smk):
+    torch.set_num_threads(smk.threads)
+    corpus = read_jsonl(smk.input.corpus)
+    encoder = load_encoder(resolve(smk.input.encoder))
+    vectors = embed(encoder, [passage_text(p) for p in corpus], smk.params.batch_size)
+    with atomic_write(smk.output.embeddings, "wb") as handle:
+        np.savez(handle, pids=np.array([p["pid"] for p in corpus]), embeddings=vectors)
+    log.info(
+        "embedded %d passages with %s (dim %d)", len(corpus), smk.params.encoder, vectors.shape[1]
+    )
+
+
+run_rule(snakemake, main)  # noqa: F821

@@ -1,0 +1,13 @@
+"""Rule fetch_asset: materialise one asset and write its manifest."""
+
+from grabrag.assets import materialise
+from grabrag.runner import log, run_rule
+
+
+def main(smk):
+    name = smk.wildcards.asset
+    path = materialise(name, smk.params.spec, smk.output.manifest)
+    log.info("asset %s materialised at %s", name, path)
+
+
+run_rule(snakemake, main)  # noqa: F821

@@ -1,0 +1,33 @@
+"""Rule prepare_data: adapter -> filters -> seeded sample -> questions, corpus, report."""
+
+from grabrag.assets import resolve
+from grabrag.data import ADAPTERS, build_dataset
+from grabrag.io import write_json, write_jsonl
+from grabrag.runner import log, run_rule
+
+
+def main(smk):
+    spec = smk.params.dataset
+    source = resolve(smk.input.source)
+    output = ADAPTERS[spec["adapter"]](source)
+    questions, corpus, report = build_dataset(
+        output,
+        n_questions=spec["n_questions"],
+        seed=smk.params.seed,
+        max_answer_tokens=spec["max_answer_tokens"],
+        corpus_max_passages=spec["corpus_max_passages"],
+    )
+    report = {"dataset": smk.wildcards.dataset, "adapter": spec["adapter"], **report}
+    write_jsonl(smk.output.questions, questions)
+    write_jsonl(smk.output.corpus, corpus)
+    write_json(smk.output.report, report)
+    log.info(
+        "%s: %d questions, %d corpus passages; excluded %s",
+        smk.wildcards.dataset,
+        len(questions),
+        len(corpus),
+        report["excluded"],
+    )
+
+
+run_rule(snakemake, main)  # noqa: F821
