@@ -5,9 +5,11 @@ rule fetch_asset:
     output:
         manifest=f"{RESOURCES}/{{asset}}/manifest.json",
     params:
-        spec=lambda wildcards: config["assets"][wildcards.asset],
+        spec=lambda wildcards: stable(config["assets"][wildcards.asset]),
     log:
         f"{RESOURCES}/logs/fetch_asset/{{asset}}.log",
+    conda:
+        GRABRAG_ENV
     resources:
         downloads=1,
     script:

@@ -1,5 +1,6 @@
 # Config validation, wildcard constraints and input functions shared by every stage.
 
+import json
 import sys
 from pathlib import Path
 
@@ -15,6 +16,8 @@ try:
 except ConfigError as _error:
     raise WorkflowError(f"Invalid config: {_error}") from None
 
+# One conda environment for every rule (paths in rule files are relative to rules/).
+GRABRAG_ENV = "../envs/grabrag.yaml"
 RESULTS = config["results_dir"]
 RESOURCES = config["resources_dir"]
 DATASETS = sorted(config["datasets"])
@@ -27,6 +30,11 @@ def _alternatives(names):
 wildcard_constraints:
     asset=_alternatives(config["assets"]),
     dataset=_alternatives(config["datasets"]),
+
+
+def stable(mapping):
+    """A key-sorted copy: params compare by value, so reordering the YAML reruns nothing."""
+    return json.loads(json.dumps(mapping, sort_keys=True))
 
 
 def asset_manifest(name):

@@ -14,10 +14,12 @@ rule build_contexts:
         },
         report=f"{RESULTS}/contexts/{{dataset}}/report.json",
     params:
-        contexts=config["contexts"],
+        contexts=stable(config["contexts"]),
         seed=config["seed"],
         tokenizer=tokenizer_asset(),
     log:
         f"{RESULTS}/logs/build_contexts/{{dataset}}.log",
+    conda:
+        GRABRAG_ENV
     script:
         "../workflow/scripts/build_contexts.py"

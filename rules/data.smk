@@ -9,9 +9,11 @@ rule prepare_data:
         corpus=f"{RESULTS}/data/{{dataset}}/corpus.jsonl",
         report=f"{RESULTS}/data/{{dataset}}/report.json",
     params:
-        dataset=lambda wildcards: config["datasets"][wildcards.dataset],
+        dataset=lambda wildcards: stable(config["datasets"][wildcards.dataset]),
         seed=config["seed"],
     log:
         f"{RESULTS}/logs/prepare_data/{{dataset}}.log",
+    conda:
+        GRABRAG_ENV
     script:
         "../workflow/scripts/prepare_data.py"

@@ -12,6 +12,8 @@ rule embed_corpus:
         batch_size=config["retrieval"]["batch_size"],
     log:
         f"{RESULTS}/logs/embed_corpus/{{dataset}}.log",
+    conda:
+        GRABRAG_ENV
     threads: workflow.cores
     script:
         "../workflow/scripts/embed_corpus.py"
@@ -32,6 +34,8 @@ rule retrieve:
         n_hard_negatives=config["retrieval"]["n_hard_negatives"],
     log:
         f"{RESULTS}/logs/retrieve/{{dataset}}.log",
+    conda:
+        GRABRAG_ENV
     threads: workflow.cores
     script:
         "../workflow/scripts/retrieve.py"

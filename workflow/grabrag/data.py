@@ -159,14 +159,14 @@ def _bigbench_row(row: dict[str, Any], where: str, others: list[Passage]) -> Raw
     substitute = _need(row, "target", where, str)
     scores = _need(row, "target_scores", where, dict)
     originals = [k for k in scores if k != substitute]
-    if "\nContext:" not in text or "Question:" not in text:
+    head, _, swapped = text.partition("\nContext:")
+    if "Question:" not in head:
         raise DataError(f"{where}: 'input' is not 'Question: ...\\nContext: ...'")
     if len(originals) != 1:
         raise DataError(
             f"{where}: target_scores should hold the substitute and exactly one original "
             f"answer, got {sorted(scores)}"
         )
-    head, swapped = text.split("\nContext:", 1)
     swapped = swapped.strip()
     original = originals[0]
     return RawExample(
@@ -229,7 +229,8 @@ def _hotpotqa_row(row: dict[str, Any], where: str, others: list[Passage]) -> Raw
     sentences = _need(context, "sentences", f"{where}.context", list)
     if len(titles) != len(sentences):
         raise DataError(f"{where}: context.title and context.sentences differ in length")
-    support = set(_need(_need(row, "supporting_facts", where, dict), "title", where, list))
+    facts = _need(row, "supporting_facts", where, dict)
+    support = set(_need(facts, "title", f"{where}.supporting_facts", list))
     gold: list[Passage] = []
     for title, sents in zip(titles, sentences, strict=True):
         passage = Passage(str(title), "".join(str(s) for s in sents).strip())
@@ -299,23 +300,34 @@ ADAPTERS: dict[str, Callable[[Path], AdapterOutput]] = {
 # --- filters, sampling, corpus ------------------------------------------------------------
 
 
+def _is_yes_no(answer: str) -> bool:
+    return answer.lower().strip(" .") in YES_NO
+
+
+def scorable_aliases(answers: list[str], max_answer_tokens: int) -> list[str]:
+    """Aliases a span answer can match: short (NQ-open's <= 5 tokens) and not yes/no.
+
+    A yes/no alias beside real spans (SQuAD has "no" next to "He never graduated") is
+    dropped, since the task requires extracting a real span.
+    """
+    return [
+        a for a in answers if 0 < len(word_tokens(a)) <= max_answer_tokens and not _is_yes_no(a)
+    ]
+
+
 def exclusion_reason(example: RawExample, max_answer_tokens: int) -> str | None:
     """Why an example is not eligible (the paper's filters), or None when it is."""
     if not example.question.strip():
         return "empty_question"
     if not example.answers:
         return "no_answer"
-    if all(a.lower().strip(" .") in YES_NO for a in example.answers):
+    if all(_is_yes_no(a) for a in example.answers):
         return "yes_no_answer"
-    if not any(0 < len(word_tokens(a)) <= max_answer_tokens for a in example.answers):
+    if not scorable_aliases(example.answers, max_answer_tokens):
         return "no_short_answer"
     if not any(p.text.strip() for p in example.gold_passages):
         return "no_gold_passage"
     return None
-
-
-def _short_aliases(answers: list[str], max_answer_tokens: int) -> list[str]:
-    return [a for a in answers if 0 < len(word_tokens(a)) <= max_answer_tokens]
 
 
 def build_dataset(
@@ -361,7 +373,7 @@ def build_dataset(
             {
                 "qid": example.qid,
                 "question": example.question.strip(),
-                "answers": _short_aliases(example.answers, max_answer_tokens),
+                "answers": scorable_aliases(example.answers, max_answer_tokens),
                 "all_answers": example.answers,
                 "gold_passages": [p.as_dict() for p in gold],
                 "extra": example.extra,

@@ -1,5 +1,7 @@
 """Rule build_contexts: Q100, Q50, Q0 and Qclosed rows for one dataset."""
 
+import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+
 from grabrag.assets import resolve
 from grabrag.contexts import CONDITIONS, build_contexts, load_token_counter
 from grabrag.io import read_jsonl, write_json, write_jsonl

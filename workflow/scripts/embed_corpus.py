@@ -1,5 +1,6 @@
 """Rule embed_corpus: dense embeddings of the corpus, computed once per dataset."""
 
+import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 import numpy as np
 import torch
 

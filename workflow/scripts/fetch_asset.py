@@ -1,5 +1,7 @@
 """Rule fetch_asset: materialise one asset and write its manifest."""
 
+import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+
 from grabrag.assets import materialise
 from grabrag.runner import log, run_rule
 

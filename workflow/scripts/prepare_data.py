@@ -1,5 +1,7 @@
 """Rule prepare_data: adapter -> filters -> seeded sample -> questions, corpus, report."""
 
+import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+
 from grabrag.assets import resolve
 from grabrag.data import ADAPTERS, build_dataset
 from grabrag.io import write_json, write_jsonl

@@ -1,5 +1,6 @@
 """Rule retrieve: hybrid ranking of the corpus for every question, and its hard negatives."""
 
+import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 import numpy as np
 import torch
 

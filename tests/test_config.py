@@ -1,0 +1,88 @@
+"""Config validation: defaults, unknown keys, wrong types, cross-references."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from grabrag.config import load_config, validate_config
+from grabrag.errors import ConfigError
+
+from .conftest import REPO
+
+
+@pytest.fixture()
+def embedded() -> dict:
+    return yaml.safe_load((REPO / "config.yaml").read_text())
+
+
+def test_both_shipped_configs_validate() -> None:
+    for name in ("config.yaml", "config/paper.yaml", "tests/config/tiny.yaml"):
+        config = load_config(str(REPO / name))
+        assert config["contexts"]["max_context_tokens"] == 1500
+        assert config["retrieval"]["bm25_weight"] == config["retrieval"]["dense_weight"] == 0.5
+
+
+def test_defaults_are_filled(embedded: dict) -> None:
+    del embedded["contexts"]
+    del embedded["seed"]
+    config = validate_config(embedded)
+    assert config["seed"] == 42
+    assert config["contexts"] == {
+        "n_passages": 5,
+        "n_gold_q50": 3,
+        "max_context_tokens": 1500,
+        "tokenizer": None,
+    }
+    assert config["datasets"]["squad"]["max_answer_tokens"] == 5
+    assert config["models"]["smollm2-135m"]["n_gpu_layers"] == 0
+
+
+def test_validation_does_not_modify_its_input(embedded: dict) -> None:
+    before = copy.deepcopy(embedded)
+    validate_config(embedded)
+    assert embedded == before
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda c: c["retrieval"].update(bm25_wieght=0.5), "retrieval"),
+        (lambda c: c.update(sed=1), "sed"),
+        (lambda c: c["datasets"]["squad"].update(n_questions="ten"), "datasets.squad.n_questions"),
+        (lambda c: c["datasets"]["squad"].update(adapter="csv"), "datasets.squad.adapter"),
+        (lambda c: c["contexts"].update(max_context_tokens=0), "contexts.max_context_tokens"),
+        (lambda c: c["datasets"]["squad"].pop("asset"), "datasets.squad"),
+        (lambda c: c["assets"]["squad-v1.1-dev"].pop("container_sha256"), "assets.squad-v1.1-dev"),
+        (lambda c: c["assets"]["squad-v1.1-dev"].update(sha256="abc"), "sha256"),
+        (lambda c: c["datasets"]["squad"].update(asset="nope"), "datasets.squad.asset"),
+        (lambda c: c["retrieval"].update(encoder="nope"), "retrieval.encoder"),
+        (lambda c: c["contexts"].update(n_gold_q50=6), "contexts.n_gold_q50"),
+    ],
+)
+def test_bad_config_names_the_key(embedded: dict, edit, expected: str) -> None:
+    edit(embedded)
+    with pytest.raises(ConfigError) as error:
+        validate_config(embedded)
+    assert expected in str(error.value)
+
+
+def test_unknown_key_message_names_the_key(embedded: dict) -> None:
+    embedded["retrieval"]["bm25_wieght"] = 0.5
+    with pytest.raises(ConfigError, match="bm25_wieght"):
+        validate_config(embedded)
+
+
+def test_asset_with_two_sources_is_rejected(embedded: dict) -> None:
+    embedded["assets"]["squad-v1.1-dev"]["path"] = "/tmp/x.json"
+    with pytest.raises(ConfigError, match="exactly one source"):
+        validate_config(embedded)
+
+
+def test_broken_yaml_names_the_file(tmp_path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("seed: [1,\n")
+    with pytest.raises(ConfigError, match="bad.yaml"):
+        load_config(str(bad))
