@@ -926,3 +926,24 @@ def test_bigbench_question_after_context_is_a_data_error(tmp_path: Path) -> None
     path.write_text(json.dumps(task, indent=4), "utf-8")
     with pytest.raises(DataError, match=r"examples\[0\]"):
         adapt_bigbench_knowledge_conflicts(path)
+
+
+@pytest.mark.parametrize(
+    ("fixture", "adapter"),
+    [(HOTPOT, adapt_hf_hotpotqa_distractor), (NQ, adapt_hf_nq_open_gold)],
+)
+def test_hub_export_round_trips_through_the_adapter(fixture: Path, adapter, tmp_path) -> None:
+    """What the hub path writes (a ``datasets.Dataset`` exported as JSONL) reads back the same."""
+    import datasets
+
+    from grabrag.assets import export_split
+
+    rows = _read_jsonl_rows(fixture)
+    exported = export_split(datasets.Dataset.from_list(rows), tmp_path / "validation.jsonl")
+    direct, via_hub = adapter(fixture), adapter(exported)
+    assert [e.qid for e in via_hub.examples] == [e.qid for e in direct.examples]
+    assert [e.answers for e in via_hub.examples] == [e.answers for e in direct.examples]
+    assert [[p.pid for p in e.gold_passages] for e in via_hub.examples] == [
+        [p.pid for p in e.gold_passages] for e in direct.examples
+    ]
+    assert [p.pid for p in via_hub.other_passages] == [p.pid for p in direct.other_passages]

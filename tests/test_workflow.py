@@ -107,3 +107,24 @@ def test_lint_is_clean() -> None:
     proc = snakemake(REPO, "--lint", check=False, configfile=REPO / "config.yaml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Lints for" not in proc.stdout + proc.stderr
+
+
+def test_corrupt_intermediate_file_is_named_and_other_work_survives(
+    tiny_run: Path, tmp_path: Path
+) -> None:
+    shutil.copytree(tiny_run / "results", tmp_path / "results")
+    shutil.copytree(
+        tiny_run / ".snakemake",
+        tmp_path / ".snakemake",
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("locks", "incomplete"),
+    )
+    corpus = tmp_path / "results/data/squad/corpus.jsonl"
+    lines = corpus.read_text().splitlines()
+    lines[2] = lines[2][:40]  # a truncated line, as a disk-full write would leave
+    corpus.write_text("\n".join(lines) + "\n")
+    kept = (tmp_path / "results/contexts/nq_bigbench/Q0.jsonl").read_bytes()
+    proc = snakemake(tmp_path, "--keep-going", check=False)
+    assert proc.returncode != 0
+    assert "corpus.jsonl, line 3: not valid JSON" in proc.stdout + proc.stderr
+    assert (tmp_path / "results/contexts/nq_bigbench/Q0.jsonl").read_bytes() == kept

@@ -188,6 +188,16 @@ def _from_path(name: str, spec: Mapping[str, Any]) -> tuple[Path, dict[str, Any]
     return path, info
 
 
+def export_split(ds: Any, target: Path) -> Path:
+    """Write a ``datasets.Dataset`` as JSONL rows in the hub's own row format.
+
+    Nested features stay as the hub stores them (HotpotQA's ``context`` is a dict of
+    lists), which is the format the ``hf_*`` adapters read.
+    """
+    ds.to_json(str(target), lines=True, force_ascii=False)
+    return target
+
+
 def _from_hub(name: str, spec: Mapping[str, Any], work: Path) -> tuple[Path, dict[str, Any]]:
     repo, revision = spec["hub"], spec.get("revision", "main")
     info: dict[str, Any] = {
@@ -206,8 +216,7 @@ def _from_hub(name: str, spec: Mapping[str, Any], work: Path) -> tuple[Path, dic
             if split is None:
                 raise AssetError(f"asset '{name}': a hub dataset needs 'split' (e.g. validation)")
             ds = datasets.load_dataset(repo, spec.get("hub_config"), split=split, revision=revision)
-            target = content / f"{split}.jsonl"
-            ds.to_json(str(target), lines=True, force_ascii=False)
+            target = export_split(ds, content / f"{split}.jsonl")
             info.update(hub_config=spec.get("hub_config"), split=split)
         else:
             import huggingface_hub
@@ -250,7 +259,9 @@ def materialise(name: str, spec: Mapping[str, Any], manifest: str | Path) -> Pat
     home.mkdir(parents=True, exist_ok=True)
     manifest.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix=".fetch-", dir=home) as tmp:
-        work = Path(tmp)
+        # Resolved: the hub clients return fully resolved paths, and relative_to below
+        # must compare like with like (a relative resources_dir or a symlink in it).
+        work = Path(tmp).resolve()
         if "pypi" in spec:
             target, info = _from_pypi(name, spec, work)
         elif "path" in spec:
@@ -260,11 +271,11 @@ def materialise(name: str, spec: Mapping[str, Any], manifest: str | Path) -> Pat
         else:
             raise AssetError(f"asset '{name}': no source; give one of 'pypi', 'path', 'hub'")
         if info["source"] != "path":
+            rel = target.resolve().relative_to(work / "files")
             final_files = home / "files"
             if final_files.exists():
                 shutil.rmtree(final_files)
             (work / "files").rename(final_files)
-            rel = target.relative_to(work / "files")
             target = final_files / rel
             info["path"] = str(Path("files") / rel)
         else:
