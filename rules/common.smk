@@ -1,6 +1,7 @@
 # Config validation, wildcard constraints and input functions shared by every stage.
 
 import json
+import re
 import sys
 from pathlib import Path
 
