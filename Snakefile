@@ -19,6 +19,8 @@ include: "rules/assets.smk"
 include: "rules/data.smk"
 include: "rules/retrieval.smk"
 include: "rules/contexts.smk"
+include: "rules/qc.smk"
+include: "rules/generate.smk"
 
 
 rule all:

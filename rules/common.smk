@@ -11,6 +11,7 @@ from grabrag.assets import manifest_path
 from grabrag.config import validate_config
 from grabrag.contexts import CONDITIONS
 from grabrag.errors import ConfigError
+from grabrag.prompts import CLOSED_BOOK_PROMPT, CONTEXT_PROMPTS
 
 try:
     config.update(validate_config(config))
@@ -22,6 +23,8 @@ GRABRAG_ENV = "../envs/grabrag.yaml"
 RESULTS = config["results_dir"]
 RESOURCES = config["resources_dir"]
 DATASETS = sorted(config["datasets"])
+MODELS = sorted(config["models"])
+GENERATION_CONDITIONS = config["generation"]["conditions"]
 
 
 def _alternatives(names):
@@ -31,6 +34,8 @@ def _alternatives(names):
 wildcard_constraints:
     asset=_alternatives(config["assets"]),
     dataset=_alternatives(config["datasets"]),
+    model=_alternatives(config["models"]),
+    condition=_alternatives(GENERATION_CONDITIONS),
 
 
 def stable(mapping):
@@ -47,6 +52,25 @@ def dataset_asset(wildcards):
     return asset_manifest(config["datasets"][wildcards.dataset]["asset"])
 
 
+def model_asset(wildcards):
+    return asset_manifest(config["models"][wildcards.model]["asset"])
+
+
+def generation_settings():
+    """The decoding settings only: changing `conditions` must not rerun finished cells."""
+    return stable({k: v for k, v in config["generation"].items() if k != "conditions"})
+
+
+def generation_cells(model, dataset):
+    cells = [
+        f"{RESULTS}/generation/{model}/{dataset}/{condition}/{prompt}.jsonl"
+        for condition in GENERATION_CONDITIONS
+        for prompt in CONTEXT_PROMPTS
+    ]
+    cells.append(f"{RESULTS}/generation/{model}/{dataset}/Qclosed/{CLOSED_BOOK_PROMPT}.jsonl")
+    return cells
+
+
 def tokenizer_asset():
     return config["contexts"]["tokenizer"] or config["retrieval"]["encoder"]
 
@@ -60,4 +84,12 @@ def all_targets():
     for dataset in DATASETS:
         targets += context_files(dataset)
         targets.append(f"{RESULTS}/contexts/{dataset}/report.json")
+        targets += [
+            f"{RESULTS}/qc/{dataset}/summary.json",
+            f"{RESULTS}/contexts/{dataset}/QC.jsonl",
+        ]
+        if dataset in config["qc"]["audit_filled"]:
+            targets.append(f"{RESULTS}/qc/{dataset}/audit_hwsa.csv")
+        for model in MODELS:
+            targets.append(f"{RESULTS}/generation/{model}/{dataset}/report.json")
     return targets

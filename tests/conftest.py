@@ -15,11 +15,9 @@ TINY = REPO / "tests" / "config" / "tiny.yaml"
 RESOURCES = Path(os.environ.get("GRABRAG_RESOURCES", REPO / "resources")).resolve()
 
 
-def snakemake(
-    workdir: Path, *args: str, configfile: Path = TINY, check: bool = True, timeout: int = 1200
-) -> subprocess.CompletedProcess[str]:
-    """Run the real workflow in ``workdir`` with the tiny config and the shared resources."""
-    cmd = [
+def snakemake_command(workdir: Path, *args: str, configfile: Path = TINY) -> list[str]:
+    """The real workflow in ``workdir`` with the tiny config and the shared resources."""
+    return [
         sys.executable,
         "-m",
         "snakemake",
@@ -35,6 +33,12 @@ def snakemake(
         "2",
         *args,
     ]
+
+
+def snakemake(
+    workdir: Path, *args: str, configfile: Path = TINY, check: bool = True, timeout: int = 1800
+) -> subprocess.CompletedProcess[str]:
+    cmd = snakemake_command(workdir, *args, configfile=configfile)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     if check and proc.returncode != 0:
         raise AssertionError(

@@ -21,7 +21,8 @@ def embedded() -> dict:
 def test_both_shipped_configs_validate() -> None:
     for name in ("config.yaml", "config/paper.yaml", "tests/config/tiny.yaml"):
         config = load_config(str(REPO / name))
-        assert config["contexts"]["max_context_tokens"] == 1500
+        if name != "tests/config/tiny.yaml":
+            assert config["contexts"]["max_context_tokens"] == 1500
         assert config["retrieval"]["bm25_weight"] == config["retrieval"]["dense_weight"] == 0.5
 
 

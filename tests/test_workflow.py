@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import os
 import re
 import shutil
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -13,16 +18,29 @@ import yaml
 from grabrag.contexts import CONDITIONS
 from grabrag.io import read_jsonl
 
-from .conftest import REPO, TINY, snakemake
+from .conftest import REPO, TINY, snakemake, snakemake_command
 
 pytestmark = pytest.mark.integration
 DATASETS = ("squad", "nq_bigbench")
 
 
+def _without_timing(path: Path) -> bytes:
+    """File content with the timing columns (wall-clock seconds) removed."""
+    if "generation" not in path.parts:
+        return path.read_bytes()
+    if path.suffix == ".jsonl":
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        return json.dumps([{k: v for k, v in r.items() if k != "seconds"} for r in rows]).encode()
+    report = json.loads(path.read_text())
+    for cell in report.get("cells", {}).values():
+        cell.pop("seconds", None)
+    return json.dumps(report).encode()
+
+
 def _outputs(root: Path) -> dict[str, bytes]:
     results = root / "results"
     return {
-        str(p.relative_to(results)): p.read_bytes()
+        str(p.relative_to(results)): _without_timing(p)
         for p in sorted(results.rglob("*"))
         if p.is_file() and "logs" not in p.parts
     }
@@ -42,7 +60,7 @@ def planned_jobs(dry_run_output: str) -> dict[str, int]:
 def test_run_builds_every_condition(tiny_run: Path) -> None:
     for dataset in DATASETS:
         questions = read_jsonl(tiny_run / f"results/data/{dataset}/questions.jsonl")
-        assert len(questions) == 4
+        assert len(questions) == 2
         by_condition = {
             c: read_jsonl(tiny_run / f"results/contexts/{dataset}/{c}.jsonl") for c in CONDITIONS
         }
@@ -57,10 +75,10 @@ def test_run_builds_every_condition(tiny_run: Path) -> None:
         for row in by_condition["Q0"]:
             assert {p["role"] for p in row["passages"]} == {"hard_negative"}
             assert not row["answer_in_context"]
-            assert row["context_tokens"] <= 1500
+            assert row["context_tokens"] <= 400
         assert all(r["passages"] == [] and r["context"] == "" for r in by_condition["Qclosed"])
         report = json.loads((tiny_run / f"results/contexts/{dataset}/report.json").read_text())
-        assert report["kept"] == 4
+        assert report["kept"] == 2
         assert "of asset all-minilm-l6-v2" in report["tokenizer"]
 
 
@@ -89,11 +107,17 @@ def test_editing_one_stage_param_reruns_only_that_stage(tiny_run: Path, tmp_path
         ignore=shutil.ignore_patterns("locks", "incomplete"),
     )
     config = yaml.safe_load(TINY.read_text())
-    config["contexts"]["max_context_tokens"] = 400
+    config["contexts"]["max_context_tokens"] = 300
     edited = tmp_path / "edited.yaml"
     edited.write_text(yaml.safe_dump(config))
     plan = snakemake(tmp_path, "-n", configfile=edited).stdout
-    assert planned_jobs(plan) == {"build_contexts": 2, "all": 1}, plan
+    assert planned_jobs(plan) == {
+        "build_contexts": 2,
+        "qc_contexts": 2,
+        "generate_context_prompts": 8,
+        "generation_report": 2,
+        "all": 1,
+    }, plan
 
 
 def test_paper_config_plans_offline(tmp_path: Path) -> None:
@@ -139,3 +163,108 @@ def test_corrupt_intermediate_file_is_named_and_other_work_survives(
     assert proc.returncode != 0
     assert "corpus.jsonl, line 3: not valid JSON" in proc.stdout + proc.stderr
     assert (tmp_path / "results/contexts/nq_bigbench/Q0.jsonl").read_bytes() == kept
+
+
+def test_killed_generation_job_resumes_and_matches_an_uninterrupted_run(
+    tiny_run: Path, tmp_path: Path
+) -> None:
+    shutil.copytree(tiny_run / "results", tmp_path / "results")
+    shutil.copytree(
+        tiny_run / ".snakemake",
+        tmp_path / ".snakemake",
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("locks", "incomplete"),
+    )
+    cell_dir = tmp_path / "results/generation/smollm2-135m/squad/Q100"
+    shutil.rmtree(cell_dir)
+    target = str(cell_dir / "P0.jsonl")
+    checkpoint = cell_dir / ".checkpoint.jsonl"
+    cmd = snakemake_command(tmp_path, target)
+    job = subprocess.Popen(
+        cmd, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 600
+    finished_calls = 0
+    while time.monotonic() < deadline and job.poll() is None:
+        if checkpoint.exists():
+            finished_calls = len(checkpoint.read_text().splitlines())
+            if finished_calls >= 3:  # question 0 done, question 1 in flight
+                break
+        time.sleep(0.05)
+    assert job.poll() is None, "the job finished before it could be killed"
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    assert 3 <= finished_calls < 6
+    assert not (cell_dir / "P2.jsonl").exists()
+    snakemake(tmp_path, "--unlock", target)
+    snakemake(tmp_path, target)
+    log = (tmp_path / "results/logs/generate/smollm2-135m/squad/Q100.log").read_text()
+    assert log.count("(from checkpoint)") == 3  # question 0 was not generated again
+    for prompt in ("P0", "P1", "P2"):
+        relative = f"generation/smollm2-135m/squad/Q100/{prompt}.jsonl"
+        assert _without_timing(tmp_path / "results" / relative) == _without_timing(
+            tiny_run / "results" / relative
+        )
+    assert not checkpoint.exists()
+
+
+def test_qc_condition_swaps_summary_and_audit(tiny_run: Path) -> None:
+    total_rows = 0
+    for dataset in DATASETS:
+        summary = json.loads((tiny_run / f"results/qc/{dataset}/summary.json").read_text())
+        assert summary["questions"] == 2 and summary["leaks"] == 0
+        swaps = read_jsonl(tiny_run / f"results/qc/{dataset}/swaps.jsonl")
+        assert len(swaps) == 2
+        assert all(s["status"] == "accepted" or s["skip_reason"] for s in swaps)
+        rows = read_jsonl(tiny_run / f"results/contexts/{dataset}/QC.jsonl")
+        assert len(rows) == summary["eligible"]
+        total_rows += len(rows)
+        for row in rows:
+            roles = sorted(p["role"] for p in row["passages"])
+            assert roles == ["hard_negative"] * 4 + ["swapped_gold"]
+            assert not row["answer_in_context"] and row["replacement_in_context"]
+            assert row["tier"] in {"1", "1b", "2", "3", "4"}
+        cell = read_jsonl(tiny_run / f"results/generation/smollm2-135m/{dataset}/QC/P1.jsonl")
+        assert [r["qid"] for r in cell] == [r["qid"] for r in rows]
+        with (tiny_run / f"results/qc/{dataset}/audit_sample.csv").open(newline="") as handle:
+            audit = list(csv.DictReader(handle))
+        assert len(audit) == summary["eligible"]
+        assert all(r["quality"] == "" for r in audit)
+        with (tiny_run / f"results/qc/{dataset}/swaps.csv").open(newline="") as handle:
+            table = list(csv.DictReader(handle))
+        assert [r["qid"] for r in table] == [s["qid"] for s in swaps]
+        assert all(r["skip_reason"] or r["modified_passage"] for r in table)
+    assert total_rows > 0, "no QC row at all: the tiny config must exercise the QC condition"
+    bigbench = json.loads((tiny_run / "results/qc/nq_bigbench/summary.json").read_text())
+    assert "both_swapped_share" in bigbench["reference_comparison"]
+
+
+def test_filled_audit_recomputes_hwsa_on_the_clean_subset(tiny_run: Path, tmp_path: Path) -> None:
+    shutil.copytree(tiny_run / "results", tmp_path / "results")
+    shutil.copytree(
+        tiny_run / ".snakemake",
+        tmp_path / ".snakemake",
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("locks", "incomplete"),
+    )
+    source = tmp_path / "results/qc/nq_bigbench/audit_sample.csv"
+    with source.open(newline="") as handle:
+        audit = list(csv.DictReader(handle))
+    assert audit
+    for k, row in enumerate(audit):
+        row["quality"] = "broken" if k == 0 else "fluent"
+    filled = tmp_path / "audit_filled.csv"
+    with filled.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(audit[0]))
+        writer.writeheader()
+        writer.writerows(audit)
+    config = yaml.safe_load(TINY.read_text())
+    config["qc"]["audit_filled"] = {"nq_bigbench": str(filled)}
+    configfile = tmp_path / "audited.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    snakemake(tmp_path, "results/qc/nq_bigbench/audit_hwsa.csv", configfile=configfile)
+    with (tmp_path / "results/qc/nq_bigbench/audit_hwsa.csv").open(newline="") as handle:
+        table = list(csv.DictReader(handle))
+    assert [r["prompt"] for r in table] == ["P0", "P1", "P2"]
+    assert all(int(r["n_all"]) == len(audit) for r in table)
+    assert all(int(r["n_fluent_or_borderline"]) == len(audit) - 1 for r in table)

@@ -50,3 +50,15 @@ def token_f1(prediction: str | None, answers: Sequence[str]) -> float:
         elif pred_tokens and gold_tokens:
             best = max(best, _f1(pred_tokens, gold_tokens))
     return best
+
+
+def answer_rate(rows: Sequence[dict], qids: set[str] | None = None) -> tuple[int, float]:
+    """(n, share of rows that answered) over ``rows``, or over those whose qid is in ``qids``.
+
+    On a should-abstain condition (Q0, QC) this is HwSA: any answer counts, even a
+    correct one. A row whose output could not be parsed did not answer.
+    """
+    chosen = [r for r in rows if qids is None or r["qid"] in qids]
+    if not chosen:
+        return 0, float("nan")
+    return len(chosen), sum(r.get("decision") == "answer" for r in chosen) / len(chosen)

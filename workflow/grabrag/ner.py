@@ -213,3 +213,10 @@ def load_ner(backend: str, path: str | Path, **kwargs: object) -> NerBackend:
     if backend == "gliner":
         return GlinerNer(path, **kwargs)  # type: ignore[arg-type]
     raise ValueError(f"unknown NER backend {backend!r}; known: {', '.join(BACKENDS)}")
+
+
+def load_configured_ner(settings: dict[str, object], path: str | Path) -> NerBackend:
+    """The recogniser of the config's ``ner`` section (GLiNER takes its threshold)."""
+    backend = str(settings["backend"])
+    kwargs = {"threshold": settings["threshold"]} if backend == "gliner" else {}
+    return load_ner(backend, path, **kwargs)

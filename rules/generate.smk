@@ -1,0 +1,65 @@
+# Stage 5: grammar-constrained generation, one job per model x dataset x condition.
+# The job writes the P0, P1 and P2 cells together so their shared prefix is computed once.
+
+
+rule generate_context_prompts:
+    input:
+        contexts=f"{RESULTS}/contexts/{{dataset}}/{{condition}}.jsonl",
+        model=model_asset,
+    output:
+        **{
+            prompt: f"{RESULTS}/generation/{{model}}/{{dataset}}/{{condition}}/{prompt}.jsonl"
+            for prompt in CONTEXT_PROMPTS
+        },
+    params:
+        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        generation=generation_settings(),
+        checkpoint=lambda wildcards: (
+            f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/"
+            f"{wildcards.condition}/.checkpoint.jsonl"
+        ),
+    log:
+        f"{RESULTS}/logs/generate/{{model}}/{{dataset}}/{{condition}}.log",
+    conda:
+        GRABRAG_ENV
+    threads: workflow.cores
+    resources:
+        gpu=1,
+    script:
+        "../workflow/scripts/generate.py"
+
+
+rule generate_closed_book:
+    input:
+        contexts=f"{RESULTS}/contexts/{{dataset}}/Qclosed.jsonl",
+        model=model_asset,
+    output:
+        CB=f"{RESULTS}/generation/{{model}}/{{dataset}}/Qclosed/CB.jsonl",
+    params:
+        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        generation=generation_settings(),
+        checkpoint=lambda wildcards: (
+            f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/Qclosed/.checkpoint.jsonl"
+        ),
+    log:
+        f"{RESULTS}/logs/generate/{{model}}/{{dataset}}/Qclosed.log",
+    conda:
+        GRABRAG_ENV
+    threads: workflow.cores
+    resources:
+        gpu=1,
+    script:
+        "../workflow/scripts/generate.py"
+
+
+rule generation_report:
+    input:
+        cells=lambda wildcards: generation_cells(wildcards.model, wildcards.dataset),
+    output:
+        report=f"{RESULTS}/generation/{{model}}/{{dataset}}/report.json",
+    log:
+        f"{RESULTS}/logs/generation_report/{{model}}/{{dataset}}.log",
+    conda:
+        GRABRAG_ENV
+    script:
+        "../workflow/scripts/generation_report.py"

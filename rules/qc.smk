@@ -1,0 +1,83 @@
+# Stage 4: the misleading-context condition QC (entity swaps, GRAB-RAG 3.3 and Appendix C).
+
+
+rule entity_pool:
+    input:
+        questions=f"{RESULTS}/data/{{dataset}}/questions.jsonl",
+        corpus=f"{RESULTS}/data/{{dataset}}/corpus.jsonl",
+        ner=asset_manifest(config["ner"]["asset"]),
+    output:
+        pool=f"{RESULTS}/qc/{{dataset}}/entity_pool.json",
+    params:
+        ner=stable(config["ner"]),
+        pool_source=config["qc"]["pool"],
+    log:
+        f"{RESULTS}/logs/entity_pool/{{dataset}}.log",
+    conda:
+        GRABRAG_ENV
+    threads: workflow.cores
+    script:
+        "../workflow/scripts/entity_pool.py"
+
+
+rule swaps:
+    input:
+        questions=f"{RESULTS}/data/{{dataset}}/questions.jsonl",
+        pool=f"{RESULTS}/qc/{{dataset}}/entity_pool.json",
+        ner=asset_manifest(config["ner"]["asset"]),
+    output:
+        swaps=f"{RESULTS}/qc/{{dataset}}/swaps.jsonl",
+        table=f"{RESULTS}/qc/{{dataset}}/swaps.csv",
+        summary=f"{RESULTS}/qc/{{dataset}}/summary.json",
+        audit=f"{RESULTS}/qc/{{dataset}}/audit_sample.csv",
+    params:
+        ner=stable(config["ner"]),
+        seed=config["seed"],
+        audit_size=config["qc"]["audit_size"],
+    log:
+        f"{RESULTS}/logs/swaps/{{dataset}}.log",
+    conda:
+        GRABRAG_ENV
+    threads: workflow.cores
+    script:
+        "../workflow/scripts/swaps.py"
+
+
+rule qc_contexts:
+    input:
+        questions=f"{RESULTS}/data/{{dataset}}/questions.jsonl",
+        corpus=f"{RESULTS}/data/{{dataset}}/corpus.jsonl",
+        ranking=f"{RESULTS}/retrieval/{{dataset}}/hard_negatives.jsonl",
+        paired=f"{RESULTS}/contexts/{{dataset}}/Q0.jsonl",
+        swaps=f"{RESULTS}/qc/{{dataset}}/swaps.jsonl",
+        tokenizer=asset_manifest(tokenizer_asset()),
+    output:
+        QC=f"{RESULTS}/contexts/{{dataset}}/QC.jsonl",
+        report=f"{RESULTS}/contexts/{{dataset}}/QC_report.json",
+    params:
+        contexts=stable(config["contexts"]),
+        seed=config["seed"],
+    log:
+        f"{RESULTS}/logs/qc_contexts/{{dataset}}.log",
+    conda:
+        GRABRAG_ENV
+    script:
+        "../workflow/scripts/qc_contexts.py"
+
+
+rule audit_hwsa:
+    input:
+        audit=lambda wildcards: config["qc"]["audit_filled"][wildcards.dataset],
+        cells=lambda wildcards: [
+            f"{RESULTS}/generation/{model}/{wildcards.dataset}/QC/{prompt}.jsonl"
+            for model in MODELS
+            for prompt in CONTEXT_PROMPTS
+        ],
+    output:
+        table=f"{RESULTS}/qc/{{dataset}}/audit_hwsa.csv",
+    log:
+        f"{RESULTS}/logs/audit_hwsa/{{dataset}}.log",
+    conda:
+        GRABRAG_ENV
+    script:
+        "../workflow/scripts/audit_hwsa.py"

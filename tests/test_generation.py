@@ -1,0 +1,216 @@
+"""Generation: output parsing and repair, resume logic, and the real SmolLM2 GGUF."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grabrag.assets import resolve
+from grabrag.generation import (
+    PARSE_FAILED,
+    PARSE_OK,
+    PARSE_REPAIRED,
+    GenerationError,
+    GenerationSettings,
+    LlamaGenerator,
+    parse_output,
+    read_checkpoint,
+    run_cells,
+)
+from grabrag.io import read_jsonl
+from grabrag.prompts import messages_for
+
+from .conftest import RESOURCES, snakemake
+
+VALID = '{"decision": "answer", "answer": "Denver Broncos", "confidence": 87, "reasoning": "p2"}'
+
+
+@pytest.mark.parametrize(
+    ("raw", "finish", "status", "answer"),
+    [
+        (VALID, "stop", PARSE_OK, "Denver Broncos"),
+        (
+            '{ "decision": "abstain", "answer": "", "confidence": 0, "reasoning": "" }',
+            "stop",
+            PARSE_OK,
+            "",
+        ),
+        (VALID[:-8], "length", PARSE_REPAIRED, "Denver Broncos"),  # cut inside reasoning
+        (VALID[:-1], "length", PARSE_REPAIRED, "Denver Broncos"),  # cut before the brace
+        (VALID[:-5], "length", PARSE_REPAIRED, "Denver Broncos"),  # cut after the colon
+        (VALID[: VALID.index('"reasoning')], "length", PARSE_REPAIRED, "Denver Broncos"),
+        ('{"decision": "answer", "answer": "Denv', "length", PARSE_FAILED, None),  # no invention
+        (VALID[:-8], "stop", PARSE_FAILED, None),  # only a cut-off output is repaired
+        ("not json at all", "length", PARSE_FAILED, None),
+        (VALID.replace("87", "101"), "stop", PARSE_FAILED, None),
+        (VALID.replace('"answer",', '"maybe",', 1), "stop", PARSE_FAILED, None),
+        (VALID.replace("87", "true"), "stop", PARSE_FAILED, None),
+    ],
+)
+def test_parse_output(raw: str, finish: str, status: str, answer: str | None) -> None:
+    parsed = parse_output(raw, finish)
+    assert parsed.status == status
+    assert parsed.answer == answer
+    if status == PARSE_FAILED:
+        assert parsed.decision is None and parsed.confidence is None
+
+
+def test_a_torn_checkpoint_line_is_ignored(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "c.jsonl"
+    checkpoint.write_text(json.dumps({"qid": "a", "prompt": "P0"}) + '\n{"qid": "a", "pro')
+    assert list(read_checkpoint(checkpoint)) == [("a", "P0")]
+
+
+def _rows(n: int) -> list[dict]:
+    return [
+        {
+            "qid": f"q{i}",
+            "index": i,
+            "condition": "Q0",
+            "question": f"question {i}?",
+            "context": f"[1] passage {i}",
+        }
+        for i in range(n)
+    ]
+
+
+class ScriptedModel:
+    """Stands in for the model only where the control flow of resumption is tested."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.resets = 0
+
+    def complete(self, messages):
+        self.calls.append(messages[1]["content"])
+        return {
+            "raw": VALID,
+            "finish_reason": "stop",
+            "prompt_tokens": 1,
+            "completion_tokens": 1,
+            "seconds": 0.0,
+        }
+
+    def reset(self) -> None:
+        self.resets += 1
+
+
+def test_resume_redoes_only_the_question_in_flight(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "checkpoint.jsonl"
+    first = ScriptedModel()
+    full = run_cells(first.complete, first.reset, _rows(3), ["P0", "P1", "P2"], checkpoint)
+    lines = checkpoint.read_text().splitlines()
+    assert len(lines) == 9
+    # Killed after question 0 and one prompt of question 1:
+    checkpoint.write_text("\n".join(lines[:4]) + "\n")
+    second = ScriptedModel()
+    resumed = run_cells(second.complete, second.reset, _rows(3), ["P0", "P1", "P2"], checkpoint)
+    assert len(second.calls) == 6  # question 1 whole again, then question 2
+    assert second.resets == 2
+    assert resumed == full
+    # calls of one question run back to back: P0, P1, P2 share their prefix
+    assert [c.split("\n\n")[1] for c in first.calls[:3]] == ["Question: question 0?"] * 3
+
+
+# --- the real model -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory) -> Path:
+    manifest = RESOURCES / "smollm2-135m-instruct-q4_1" / "manifest.json"
+    if not manifest.exists():
+        snakemake(tmp_path_factory.mktemp("fetch"), str(manifest))
+    return resolve(manifest)
+
+
+@pytest.fixture(scope="module")
+def generator(model_path: Path) -> LlamaGenerator:
+    return LlamaGenerator(model_path, GenerationSettings(max_tokens=96), n_threads=2)
+
+
+CONTEXT = (
+    "[1] Super Bowl 50\nSuper Bowl 50 was an American football game. The American Football "
+    "Conference (AFC) champion Denver Broncos defeated the Carolina Panthers 24-10.\n\n"
+    "[2] Denver Broncos\nThe Denver Broncos are a professional football team based in Denver."
+)
+
+
+def test_real_model_outputs_follow_the_grammar(generator: LlamaGenerator) -> None:
+    question = "Which NFL team represented the AFC at Super Bowl 50?"
+    for prompt in ("P0", "P1", "P2", "CB"):
+        generator.reset()
+        result = generator.complete(messages_for(prompt, question, CONTEXT))
+        parsed = parse_output(result["raw"], result["finish_reason"])
+        assert parsed.status in (PARSE_OK, PARSE_REPAIRED), result
+        assert parsed.decision in ("answer", "abstain")
+        assert 0 <= parsed.confidence <= 100
+        assert result["raw"].lstrip().startswith("{")
+        assert "\\" not in result["raw"]  # the grammar forbids backslashes
+        assert result["completion_tokens"] <= 96
+        assert result["prompt_tokens"] > 50
+
+
+def test_real_model_is_deterministic(generator: LlamaGenerator) -> None:
+    messages = messages_for("P1", "Who defeated the Carolina Panthers?", CONTEXT)
+    outputs = []
+    for _ in range(2):
+        generator.reset()
+        outputs.append(generator.complete(messages)["raw"])
+    assert outputs[0] == outputs[1]
+
+
+def test_prompt_too_long_for_the_context_window_fails_before_work(model_path: Path) -> None:
+    small = LlamaGenerator(model_path, GenerationSettings(n_ctx=512, max_tokens=400), n_threads=2)
+    calls = [("question q7 (P0)", messages_for("P0", "Who?", CONTEXT * 3))]
+    with pytest.raises(GenerationError, match="question q7 \\(P0\\).*generation.n_ctx"):
+        small.preflight(calls)
+
+
+def test_missing_corrupt_model_and_unknown_chat_format(tmp_path: Path, model_path: Path) -> None:
+    settings = GenerationSettings()
+    with pytest.raises(GenerationError, match="does not exist"):
+        LlamaGenerator(tmp_path / "nope.gguf", settings, n_threads=1)
+    corrupt = tmp_path / "corrupt.gguf"
+    corrupt.write_bytes(b"<html>not a model</html>")
+    with pytest.raises(GenerationError, match="not a GGUF file"):
+        LlamaGenerator(corrupt, settings, n_threads=1)
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(model_path.read_bytes()[:1_000_000])
+    with pytest.raises(GenerationError, match="could not load"):
+        LlamaGenerator(truncated, settings, n_threads=1)
+    with pytest.raises(GenerationError, match="unknown chat format 'chatgpt-9'"):
+        LlamaGenerator(model_path, settings, n_threads=1, chat_format="chatgpt-9")
+
+
+def test_generation_rows_have_every_column(tiny_run: Path) -> None:
+    cell = tiny_run / "results/generation/smollm2-135m/squad/Q50/P1.jsonl"
+    rows = read_jsonl(cell)
+    assert len(rows) == 2
+    columns = {
+        "qid",
+        "index",
+        "condition",
+        "prompt",
+        "decision",
+        "answer",
+        "confidence",
+        "reasoning",
+        "parse_status",
+        "raw",
+        "finish_reason",
+        "prompt_tokens",
+        "completion_tokens",
+        "seconds",
+    }
+    assert all(set(r) == columns for r in rows)
+    assert {r["prompt"] for r in rows} == {"P1"} and {r["condition"] for r in rows} == {"Q50"}
+    report = json.loads(
+        (tiny_run / "results/generation/smollm2-135m/squad/report.json").read_text()
+    )
+    assert set(report["cells"]) == {
+        f"{c}/{p}" for c in ("Q100", "Q50", "Q0") for p in ("P0", "P1", "P2")
+    } | {"Qclosed/CB"}
+    assert all(sum(c["parse_status"].values()) == 2 for c in report["cells"].values())
+    assert not (tiny_run / "results/generation/smollm2-135m/squad/Q50/.checkpoint.jsonl").exists()

@@ -1,0 +1,300 @@
+"""Grammar-constrained generation with llama-cpp-python (GRAB-RAG section 3.1, Appendix B).
+
+One job loads the model once and writes the cells of one model x dataset x condition:
+P0, P1 and P2 run back to back for each question, so llama.cpp reuses the KV cache of
+their shared prefix (system message + context + question). Every finished call is
+appended to a checkpoint file; a killed job resumes from it and redoes at most the
+question in flight. The KV cache is reset at the start of each question, so a resumed
+run computes exactly what an uninterrupted one does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from .errors import GrabragError
+from .prompts import GBNF_GRAMMAR, messages_for
+
+PARSE_OK, PARSE_REPAIRED, PARSE_FAILED = "ok", "repaired", "failed"
+DECISIONS = ("answer", "abstain")
+# Closing sequences tried, in order, on an output cut off by max_tokens. They only ever
+# complete the last field (reasoning), so decision, answer and confidence must all have
+# been generated: a cut before that stays "failed" instead of getting invented values.
+_REPAIR_SUFFIXES = ('"}', "}", '""}', ' ""}', '": ""}', '"reasoning": ""}')
+# Chat templates add a few tokens around the messages; the preflight adds this margin.
+CHAT_TEMPLATE_MARGIN = 48
+
+
+class GenerationError(GrabragError):
+    """The model or its settings cannot serve the prompts (raised before any work)."""
+
+
+@dataclass
+class GenerationSettings:
+    n_ctx: int = 4096
+    max_tokens: int = 512
+    temperature: float = 0.0
+    seed: int = 42
+
+
+@dataclass
+class Parsed:
+    status: str
+    decision: str | None
+    answer: str | None
+    confidence: int | None
+    reasoning: str | None
+
+
+def _validate(obj: Any) -> Parsed | None:
+    if not isinstance(obj, dict):
+        return None
+    decision, answer = obj.get("decision"), obj.get("answer")
+    confidence, reasoning = obj.get("confidence"), obj.get("reasoning")
+    if decision not in DECISIONS or not isinstance(answer, str):
+        return None
+    if (
+        isinstance(confidence, bool)
+        or not isinstance(confidence, int)
+        or not 0 <= confidence <= 100
+    ):
+        return None
+    if not isinstance(reasoning, str):
+        return None
+    return Parsed(PARSE_OK, decision, answer, confidence, reasoning)
+
+
+def parse_output(raw: str, finish_reason: str | None) -> Parsed:
+    """Parse the model's JSON; repair an output cut off by max_tokens where possible."""
+    try:
+        parsed = _validate(json.loads(raw))
+    except json.JSONDecodeError:
+        parsed = None
+    if parsed is not None:
+        return parsed
+    if finish_reason == "length":
+        for suffix in _REPAIR_SUFFIXES:
+            try:
+                repaired = _validate(json.loads(raw + suffix))
+            except json.JSONDecodeError:
+                continue
+            if repaired is not None:
+                repaired.status = PARSE_REPAIRED
+                return repaired
+    return Parsed(PARSE_FAILED, None, None, None, None)
+
+
+class LlamaGenerator:
+    """One loaded GGUF model; greedy, grammar-constrained chat completions."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        settings: GenerationSettings,
+        n_threads: int,
+        n_gpu_layers: int = 0,
+        chat_format: str | None = None,
+    ) -> None:
+        import llama_cpp
+        from llama_cpp import llama_chat_format
+
+        self.settings = settings
+        model_path = Path(model_path)
+        if not model_path.is_file():
+            raise GenerationError(f"model file {model_path} does not exist")
+        with model_path.open("rb") as handle:
+            if handle.read(4) != b"GGUF":
+                raise GenerationError(
+                    f"{model_path} is not a GGUF file (bad magic bytes); the download is "
+                    "corrupt or the asset points at the wrong file"
+                )
+        if chat_format is not None:
+            known = llama_chat_format.LlamaChatCompletionHandlerRegistry()._chat_handlers
+            if chat_format not in known:
+                raise GenerationError(
+                    f"unknown chat format {chat_format!r} in the model's config; use null for "
+                    f"the model's own template or one of: {', '.join(sorted(known))}"
+                )
+        try:
+            self.llm = llama_cpp.Llama(
+                model_path=str(model_path),
+                n_ctx=settings.n_ctx,
+                n_threads=n_threads,
+                n_threads_batch=n_threads,
+                n_gpu_layers=n_gpu_layers,
+                seed=settings.seed,
+                chat_format=chat_format,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError) as error:
+            raise GenerationError(f"llama.cpp could not load {model_path}: {error}") from None
+        self.grammar = llama_cpp.LlamaGrammar.from_string(GBNF_GRAMMAR, verbose=False)
+
+    def prompt_tokens(self, messages: Sequence[dict[str, str]]) -> int:
+        text = "\n".join(m["content"] for m in messages)
+        return len(self.llm.tokenize(text.encode("utf-8"), add_bos=True)) + CHAT_TEMPLATE_MARGIN
+
+    def preflight(self, calls: Iterable[tuple[str, list[dict[str, str]]]]) -> None:
+        """Fail before any work when a prompt + max_tokens cannot fit the context window."""
+        budget = self.settings.n_ctx - self.settings.max_tokens
+        for label, messages in calls:
+            needed = self.prompt_tokens(messages)
+            if needed > budget:
+                raise GenerationError(
+                    f"{label}: the prompt needs about {needed} tokens but n_ctx "
+                    f"{self.settings.n_ctx} - max_tokens {self.settings.max_tokens} leaves "
+                    f"{budget}; raise generation.n_ctx or lower contexts.max_context_tokens"
+                )
+
+    def reset(self) -> None:
+        self.llm.reset()
+
+    def complete(self, messages: list[dict[str, str]]) -> dict[str, Any]:
+        started = time.perf_counter()
+        response = self.llm.create_chat_completion(
+            messages=messages,
+            grammar=self.grammar,
+            temperature=self.settings.temperature,
+            max_tokens=self.settings.max_tokens,
+            seed=self.settings.seed,
+        )
+        choice = response["choices"][0]
+        return {
+            "raw": choice["message"]["content"] or "",
+            "finish_reason": choice.get("finish_reason"),
+            "prompt_tokens": response["usage"]["prompt_tokens"],
+            "completion_tokens": response["usage"]["completion_tokens"],
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+
+
+Completer = Callable[[list[dict[str, str]]], dict[str, Any]]
+
+
+def generation_row(
+    context_row: dict[str, Any], prompt: str, result: dict[str, Any]
+) -> dict[str, Any]:
+    parsed = parse_output(result["raw"], result["finish_reason"])
+    return {
+        "qid": context_row["qid"],
+        "index": context_row["index"],
+        "condition": context_row["condition"],
+        "prompt": prompt,
+        "decision": parsed.decision,
+        "answer": parsed.answer,
+        "confidence": parsed.confidence,
+        "reasoning": parsed.reasoning,
+        "parse_status": parsed.status,
+        "raw": result["raw"],
+        "finish_reason": result["finish_reason"],
+        "prompt_tokens": result["prompt_tokens"],
+        "completion_tokens": result["completion_tokens"],
+        "seconds": result["seconds"],
+    }
+
+
+def read_checkpoint(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """Finished calls from a checkpoint; a torn last line (killed mid-write) is ignored."""
+    done: dict[tuple[str, str], dict[str, Any]] = {}
+    if not path.exists():
+        return done
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                break
+            done[(row["qid"], row["prompt"])] = row
+    return done
+
+
+def _append(handle: IO[str], row: dict[str, Any]) -> None:
+    handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    handle.flush()
+    os.fsync(handle.fileno())
+
+
+@dataclass
+class Progress:
+    """A plain-text progress line with rate and ETA, for rule logs."""
+
+    total: int
+    log: Callable[[str], None]
+    every: int = 1
+    started: float = 0.0
+    done: int = 0
+
+    def step(self, label: str) -> None:
+        if not self.started:
+            self.started = time.perf_counter()
+        self.done += 1
+        if self.done % self.every and self.done != self.total:
+            return
+        elapsed = time.perf_counter() - self.started
+        rate = self.done / elapsed if elapsed else 0.0
+        eta = (self.total - self.done) / rate if rate else float("nan")
+        self.log(
+            f"[{self.done}/{self.total}] {100 * self.done / self.total:5.1f}% "
+            f"{rate:.2f} calls/s, ETA {eta:.0f} s ({label})"
+        )
+
+
+def run_cells(
+    complete: Completer,
+    reset: Callable[[], None],
+    context_rows: Sequence[dict[str, Any]],
+    prompts: Sequence[str],
+    checkpoint: Path,
+    progress: Progress | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Generate every (question, prompt) call, resuming from ``checkpoint``.
+
+    Prompts of one question run back to back (shared prefix); rows come back per
+    prompt in question order. The checkpoint is left in place; the caller removes it
+    once the cells are written.
+    """
+    done = read_checkpoint(checkpoint)
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    with checkpoint.open("a", encoding="utf-8") as handle:
+        for row in context_rows:
+            pending = [p for p in prompts if (row["qid"], p) not in done]
+            if pending and len(pending) < len(prompts):
+                # A question in flight when the job was killed: redo it whole, so the
+                # calls see the same KV-cache history as in an uninterrupted run.
+                pending = list(prompts)
+            if pending:
+                reset()
+            for prompt in pending:
+                result = complete(messages_for(prompt, row["question"], row["context"]))
+                out = generation_row(row, prompt, result)
+                done[(row["qid"], prompt)] = out
+                _append(handle, out)
+                if progress:
+                    progress.step(f"{row['qid']} {prompt}")
+            if not pending and progress:
+                for prompt in prompts:
+                    progress.step(f"{row['qid']} {prompt} (from checkpoint)")
+    return {p: [done[(row["qid"], p)] for row in context_rows] for p in prompts}
+
+
+def cell_report(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    statuses = Counter(r["parse_status"] for r in rows)
+    return {
+        "rows": len(rows),
+        "parse_status": {s: statuses.get(s, 0) for s in (PARSE_OK, PARSE_REPAIRED, PARSE_FAILED)},
+        "decisions": dict(Counter(str(r["decision"]) for r in rows)),
+        "finish_reasons": dict(Counter(str(r["finish_reason"]) for r in rows)),
+        "completion_tokens": sum(r["completion_tokens"] for r in rows),
+        "seconds": round(sum(r["seconds"] for r in rows), 3),
+    }
+
+
+def settings_from(config: dict[str, Any]) -> GenerationSettings:
+    return GenerationSettings(**{k: config[k] for k in asdict(GenerationSettings())})

@@ -1,0 +1,38 @@
+"""Rules generate_context_prompts / generate_closed_book: write one condition's cells."""
+
+from pathlib import Path
+
+import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+
+from grabrag.assets import resolve
+from grabrag.generation import LlamaGenerator, Progress, run_cells, settings_from
+from grabrag.io import read_jsonl, write_jsonl
+from grabrag.prompts import messages_for
+from grabrag.runner import log, run_rule
+
+
+def main(smk):
+    prompts = list(smk.output.keys())
+    rows = read_jsonl(smk.input.contexts)
+    model = smk.params.model
+    generator = LlamaGenerator(
+        resolve(smk.input.model),
+        settings_from(smk.params.generation),
+        n_threads=smk.threads,
+        n_gpu_layers=model["n_gpu_layers"],
+        chat_format=model["chat_format"],
+    )
+    generator.preflight(
+        (f"question {row['qid']} ({prompt})", messages_for(prompt, row["question"], row["context"]))
+        for row in rows
+        for prompt in prompts
+    )
+    checkpoint = Path(smk.params.checkpoint)
+    progress = Progress(total=len(rows) * len(prompts), log=log.info)
+    cells = run_cells(generator.complete, generator.reset, rows, prompts, checkpoint, progress)
+    for prompt in prompts:
+        write_jsonl(smk.output[prompt], cells[prompt])
+    checkpoint.unlink(missing_ok=True)
+
+
+run_rule(snakemake, main)  # noqa: F821

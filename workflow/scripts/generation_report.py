@@ -1,0 +1,28 @@
+"""Rule generation_report: parse-status counts per cell of one model x dataset."""
+
+from pathlib import Path
+
+import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+
+from grabrag.generation import cell_report
+from grabrag.io import read_jsonl, write_json
+from grabrag.runner import log, run_rule
+
+
+def main(smk):
+    cells = {}
+    for path in smk.input.cells:
+        path = Path(path)
+        cells[f"{path.parent.name}/{path.stem}"] = cell_report(read_jsonl(path))
+    failed = sum(c["parse_status"]["failed"] for c in cells.values())
+    report = {
+        "model": smk.wildcards.model,
+        "dataset": smk.wildcards.dataset,
+        "parse_failures": failed,
+        "cells": cells,
+    }
+    write_json(smk.output.report, report)
+    log.info("%d cells, %d unparseable outputs", len(cells), failed)
+
+
+run_rule(snakemake, main)  # noqa: F821

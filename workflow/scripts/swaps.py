@@ -1,0 +1,51 @@
+"""Rule swaps: one swap (or skip reason) per question, the eligibility summary and the
+audit sample for a person to rate."""
+
+import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+
+from grabrag.assets import resolve
+from grabrag.io import read_json, read_jsonl, write_json, write_jsonl
+from grabrag.ner import load_configured_ner
+from grabrag.runner import log, run_rule
+from grabrag.swaps import (
+    SWAP_TABLE_COLUMNS,
+    EntityPool,
+    NerCache,
+    audit_sample,
+    build_swaps,
+    eligibility_summary,
+    reference_comparison,
+    swap_table,
+    write_audit_csv,
+    write_csv,
+)
+
+
+def main(smk):
+    questions = read_jsonl(smk.input.questions)
+    pool = EntityPool.from_dict(read_json(smk.input.pool))
+    ner = NerCache(load_configured_ner(smk.params.ner, resolve(smk.input.ner)))
+    records, _ = build_swaps(questions, ner, seed=smk.params.seed, pool=pool)
+    summary = {
+        "dataset": smk.wildcards.dataset,
+        "seed": smk.params.seed,
+        "ner": smk.params.ner["backend"],
+        **eligibility_summary(records),
+    }
+    if any((q.get("extra") or {}).get("reference_swap") for q in questions):
+        summary["reference_comparison"] = reference_comparison(records, questions, ner)
+    write_jsonl(smk.output.swaps, records)
+    write_csv(smk.output.table, SWAP_TABLE_COLUMNS, swap_table(records))
+    write_json(smk.output.summary, summary)
+    write_audit_csv(smk.output.audit, audit_sample(records, smk.params.audit_size, smk.params.seed))
+    log.info(
+        "%s: %d of %d questions QC-eligible, by tier %s, leaks %d",
+        smk.wildcards.dataset,
+        summary["eligible"],
+        summary["questions"],
+        summary["by_tier"],
+        summary["leaks"],
+    )
+
+
+run_rule(snakemake, main)  # noqa: F821
