@@ -21,6 +21,7 @@ include: "rules/retrieval.smk"
 include: "rules/contexts.smk"
 include: "rules/qc.smk"
 include: "rules/generate.smk"
+include: "rules/policies.smk"
 
 
 rule all:

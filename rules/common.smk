@@ -25,6 +25,7 @@ RESOURCES = config["resources_dir"]
 DATASETS = sorted(config["datasets"])
 MODELS = sorted(config["models"])
 GENERATION_CONDITIONS = config["generation"]["conditions"]
+POLICIES = config["policies"]["names"]
 
 
 def _alternatives(names):
@@ -36,6 +37,7 @@ wildcard_constraints:
     dataset=_alternatives(config["datasets"]),
     model=_alternatives(config["models"]),
     condition=_alternatives(GENERATION_CONDITIONS),
+    policy="P[0-4]",
 
 
 def stable(mapping):
@@ -71,6 +73,46 @@ def generation_cells(model, dataset):
     return cells
 
 
+def nli_asset(wildcards):
+    """The verifier's weights: the configured asset, or the generator's own GGUF (llm)."""
+    name = config["nli"]["asset"] or config["models"][wildcards.model]["asset"]
+    return asset_manifest(name)
+
+
+def generation_cell(wildcards, prompt):
+    return (
+        f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/"
+        f"{wildcards.condition}/{prompt}.jsonl"
+    )
+
+
+def policy_inputs(wildcards):
+    """What one policy reads: its own cell (P0-P2), P1 + CB (P3), P1 + CB + NLI (P4)."""
+    policy = wildcards.policy
+    if policy in CONTEXT_PROMPTS:
+        return {policy: generation_cell(wildcards, policy)}
+    inputs = {
+        "P1": generation_cell(wildcards, "P1"),
+        "CB": f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/Qclosed/CB.jsonl",
+    }
+    if policy == "P4":
+        inputs["NLI"] = (
+            f"{RESULTS}/nli/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}.jsonl"
+        )
+    return inputs
+
+
+def policy_files(model, dataset):
+    return [
+        f"{RESULTS}/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
+        for condition in GENERATION_CONDITIONS
+        for policy in POLICIES
+    ] + [
+        f"{RESULTS}/policies/{model}/{dataset}/{condition}/P3_sweep.csv"
+        for condition in GENERATION_CONDITIONS
+    ]
+
+
 def tokenizer_asset():
     return config["contexts"]["tokenizer"] or config["retrieval"]["encoder"]
 
@@ -92,4 +134,5 @@ def all_targets():
             targets.append(f"{RESULTS}/qc/{dataset}/audit_hwsa.csv")
         for model in MODELS:
             targets.append(f"{RESULTS}/generation/{model}/{dataset}/report.json")
+            targets += policy_files(model, dataset)
     return targets

@@ -36,10 +36,22 @@ def snakemake_command(workdir: Path, *args: str, configfile: Path = TINY) -> lis
 
 
 def snakemake(
-    workdir: Path, *args: str, configfile: Path = TINY, check: bool = True, timeout: int = 1800
+    workdir: Path,
+    *args: str,
+    configfile: Path = TINY,
+    check: bool = True,
+    timeout: int = 1800,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     cmd = snakemake_command(workdir, *args, configfile=configfile)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, **env} if env else None,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(
             f"snakemake failed ({proc.returncode}): {' '.join(cmd)}\n"

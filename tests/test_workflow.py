@@ -268,3 +268,59 @@ def test_filled_audit_recomputes_hwsa_on_the_clean_subset(tiny_run: Path, tmp_pa
     assert [r["prompt"] for r in table] == ["P0", "P1", "P2"]
     assert all(int(r["n_all"]) == len(audit) for r in table)
     assert all(int(r["n_fluent_or_borderline"]) == len(audit) - 1 for r in table)
+
+
+def _copy_run(tiny_run: Path, workdir: Path) -> None:
+    shutil.copytree(tiny_run / "results", workdir / "results", dirs_exist_ok=True)
+    shutil.copytree(
+        tiny_run / ".snakemake",
+        workdir / ".snakemake",
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("locks", "incomplete"),
+    )
+
+
+def test_policy_cells_and_their_rules(tiny_run: Path) -> None:
+    for dataset in DATASETS:
+        base = tiny_run / f"results/policies/smollm2-135m/{dataset}"
+        for condition in ("Q100", "Q50", "Q0", "QC"):
+            contexts = read_jsonl(tiny_run / f"results/contexts/{dataset}/{condition}.jsonl")
+            p1 = {
+                r["qid"]: r
+                for r in read_jsonl(
+                    tiny_run / f"results/generation/smollm2-135m/{dataset}/{condition}/P1.jsonl"
+                )
+            }
+            for policy in ("P0", "P1", "P2", "P3", "P4"):
+                rows = read_jsonl(base / f"{condition}/{policy}.jsonl")
+                assert [r["qid"] for r in rows] == [r["qid"] for r in contexts]
+                for row in rows:
+                    assert row["decision"] in ("answer", "abstain", None)
+                    if policy in ("P3", "P4") and row["decision"] == "answer":
+                        # P3/P4 only ever report P1's answer and confidence
+                        assert row["answer"] == p1[row["qid"]]["answer"]
+                        assert row["confidence"] == p1[row["qid"]]["confidence"]
+                    if row["decision"] == "abstain" and row["rule"] in (
+                        "p1_abstained",
+                        "f1_conflict",
+                        "nli_contradiction",
+                    ):
+                        assert row["confidence"] == 0
+            with (base / f"{condition}/P3_sweep.csv").open(newline="") as handle:
+                sweep = list(csv.DictReader(handle))
+            assert len(sweep) == 8 * 6
+
+
+def test_policy_jobs_make_no_llm_call(tiny_run: Path, tmp_path: Path) -> None:
+    """Rerun every policy job with llama_cpp made unimportable: they must all succeed,
+    and no generation or NLI job may be scheduled."""
+    _copy_run(tiny_run, tmp_path)
+    poison = tmp_path / "poison" / "llama_cpp"
+    poison.mkdir(parents=True)
+    (poison / "__init__.py").write_text("raise ImportError('a policy job tried to load the LLM')\n")
+    proc = snakemake(
+        tmp_path, "--forcerun", "policy", "p3_sweep", env={"PYTHONPATH": str(poison.parent)}
+    )
+    jobs = planned_jobs(proc.stdout + proc.stderr)
+    assert jobs.get("policy") == 2 * 4 * 5 and jobs.get("p3_sweep") == 2 * 4
+    assert not {"generate_context_prompts", "generate_closed_book", "nli"} & set(jobs)

@@ -81,6 +81,10 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
     need_asset("contexts.tokenizer", checked["contexts"]["tokenizer"])
     need_asset("ner.asset", checked["ner"]["asset"])
     need_asset("nli.asset", checked["nli"]["asset"])
+    if checked["nli"]["backend"] == "transformers" and checked["nli"]["asset"] is None:
+        raise ConfigError(
+            "config key 'nli.asset': the transformers NLI backend needs a model asset"
+        )
     contexts = checked["contexts"]
     if contexts["n_gold_q50"] > contexts["n_passages"]:
         raise ConfigError(

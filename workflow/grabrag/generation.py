@@ -231,9 +231,10 @@ class Progress:
     started: float = 0.0
     done: int = 0
 
+    def __post_init__(self) -> None:
+        self.started = time.perf_counter()
+
     def step(self, label: str) -> None:
-        if not self.started:
-            self.started = time.perf_counter()
         self.done += 1
         if self.done % self.every and self.done != self.total:
             return

@@ -6,10 +6,11 @@ so a killed job never leaves a half-written output that looks finished.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -52,6 +53,16 @@ def write_json(path: str | os.PathLike[str], obj: Any) -> None:
     with atomic_write(path) as handle:
         json.dump(obj, handle, ensure_ascii=False, indent=2)
         handle.write("\n")
+
+
+def write_csv(
+    path: str | os.PathLike[str], columns: Sequence[str], rows: Iterable[dict[str, Any]]
+) -> None:
+    """Write rows as CSV (a spreadsheet opens it) atomically."""
+    with atomic_write(path) as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(columns), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -34,7 +34,7 @@ from typing import Any
 
 from .contexts import TokenCounter, build_context_row
 from .errors import DataError
-from .io import atomic_write
+from .io import write_csv
 from .metrics import normalize_answer
 from .ner import INTERNAL_TYPES, NerBackend, Span
 from .retrieval import passage_text
@@ -1102,13 +1102,6 @@ def audit_sample(records: Sequence[dict[str, Any]], n: int = 200, seed: int = 42
 
 def write_audit_csv(path: str | Path, rows: Sequence[dict[str, Any]]) -> None:
     write_csv(path, AUDIT_COLUMNS, rows)
-
-
-def write_csv(path: str | Path, columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> None:
-    with atomic_write(path) as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(columns), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 SWAP_TABLE_COLUMNS = (

@@ -1,12 +1,11 @@
 """Rule audit_hwsa (Table 6): HwSA@QC on all swaps and on the swaps a person rated
 fluent or borderline in the filled audit CSV."""
 
-import csv
 from pathlib import Path
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.io import atomic_write, read_jsonl
+from grabrag.io import read_jsonl, write_csv
 from grabrag.metrics import answer_rate
 from grabrag.runner import log, run_rule
 from grabrag.swaps import read_audit
@@ -29,10 +28,7 @@ def main(smk):
                 "hwsa_fluent_or_borderline": round(hwsa_kept, 4),
             }
         )
-    with atomic_write(smk.output.table) as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(smk.output.table, list(rows[0]), rows)
     log.info("HwSA@QC on %d audited-clean swaps written for %d cells", len(keep), len(rows))
 
 

@@ -4,7 +4,7 @@ audit sample for a person to rate."""
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
 from grabrag.assets import resolve
-from grabrag.io import read_json, read_jsonl, write_json, write_jsonl
+from grabrag.io import read_json, read_jsonl, write_csv, write_json, write_jsonl
 from grabrag.ner import load_configured_ner
 from grabrag.runner import log, run_rule
 from grabrag.swaps import (
@@ -17,7 +17,6 @@ from grabrag.swaps import (
     reference_comparison,
     swap_table,
     write_audit_csv,
-    write_csv,
 )
 
 

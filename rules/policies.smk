@@ -1,0 +1,55 @@
+# Stage 6: abstention policies. P0-P2 read their own generation cell; P3 reads P1 + CB;
+# P4 adds the NLI verdicts. No policy job loads a language model.
+
+
+rule nli:
+    input:
+        contexts=f"{RESULTS}/contexts/{{dataset}}/{{condition}}.jsonl",
+        cb=f"{RESULTS}/generation/{{model}}/{{dataset}}/Qclosed/CB.jsonl",
+        verifier=nli_asset,
+    output:
+        nli=f"{RESULTS}/nli/{{model}}/{{dataset}}/{{condition}}.jsonl",
+    params:
+        nli=stable(config["nli"]),
+        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        cutoff=config["policies"]["confidence_cutoff"],
+        seed=config["generation"]["seed"],
+    log:
+        f"{RESULTS}/logs/nli/{{model}}/{{dataset}}/{{condition}}.log",
+    conda:
+        GRABRAG_ENV
+    threads: workflow.cores
+    resources:
+        gpu=1,
+    script:
+        "../workflow/scripts/nli.py"
+
+
+rule policy:
+    input:
+        unpack(policy_inputs),
+    output:
+        decisions=f"{RESULTS}/policies/{{model}}/{{dataset}}/{{condition}}/{{policy}}.jsonl",
+    params:
+        cutoff=config["policies"]["confidence_cutoff"],
+        threshold=config["policies"]["f1_threshold"],
+    log:
+        f"{RESULTS}/logs/policy/{{model}}/{{dataset}}/{{condition}}/{{policy}}.log",
+    conda:
+        GRABRAG_ENV
+    script:
+        "../workflow/scripts/policy.py"
+
+
+rule p3_sweep:
+    input:
+        p1=lambda wildcards: generation_cell(wildcards, "P1"),
+        cb=f"{RESULTS}/generation/{{model}}/{{dataset}}/Qclosed/CB.jsonl",
+    output:
+        sweep=f"{RESULTS}/policies/{{model}}/{{dataset}}/{{condition}}/P3_sweep.csv",
+    log:
+        f"{RESULTS}/logs/p3_sweep/{{model}}/{{dataset}}/{{condition}}.log",
+    conda:
+        GRABRAG_ENV
+    script:
+        "../workflow/scripts/p3_sweep.py"

@@ -1,0 +1,35 @@
+"""Rule nli: verifier labels for every passage of the questions P4 can reach."""
+
+import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+
+from grabrag.assets import resolve
+from grabrag.io import read_jsonl, write_jsonl
+from grabrag.nli import build_verifier, nli_report, nli_rows
+from grabrag.runner import log, run_rule
+
+
+def main(smk):
+    nli, model = smk.params.nli, smk.params.model
+    verifier = build_verifier(
+        nli["backend"],
+        resolve(smk.input.verifier),
+        n_threads=smk.threads,
+        device=nli["device"],
+        batch_size=nli["batch_size"],
+        n_gpu_layers=model["n_gpu_layers"],
+        chat_format=model["chat_format"],
+        seed=smk.params.seed,
+        name=nli["asset"] or model["asset"],
+    )
+    rows = nli_rows(
+        read_jsonl(smk.input.contexts),
+        read_jsonl(smk.input.cb),
+        verifier,
+        cutoff=smk.params.cutoff,
+        progress=log.info,
+    )
+    write_jsonl(smk.output.nli, rows)
+    log.info("%s", nli_report(rows))
+
+
+run_rule(snakemake, main)  # noqa: F821

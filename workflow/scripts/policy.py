@@ -1,0 +1,22 @@
+"""Rule policy: one policy's decisions for one cell, from stored outputs only.
+
+This script loads no language model: P3 and P4 reuse the P1 and CB generations (and the
+NLI verdicts), as the paper specifies.
+"""
+
+import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+
+from grabrag.io import read_jsonl, write_jsonl
+from grabrag.policies import decide
+from grabrag.runner import log, run_rule
+
+
+def main(smk):
+    inputs = {key: read_jsonl(path) for key, path in smk.input.items()}
+    rows = decide(smk.wildcards.policy, inputs, smk.params.cutoff, smk.params.threshold)
+    write_jsonl(smk.output.decisions, rows)
+    answered = sum(r["decision"] == "answer" for r in rows)
+    log.info("%s: %d of %d answered", smk.wildcards.policy, answered, len(rows))
+
+
+run_rule(snakemake, main)  # noqa: F821
