@@ -6,6 +6,9 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
+report: "workflow/report/workflow.rst"
+
+
 # config.yaml is the embedded default. A config given with --configfile replaces it
 # whole instead of being merged into it, so config/paper.yaml runs only the paper's
 # models and datasets.
@@ -22,6 +25,7 @@ include: "rules/contexts.smk"
 include: "rules/qc.smk"
 include: "rules/generate.smk"
 include: "rules/policies.smk"
+include: "rules/report.smk"
 
 
 rule all:

@@ -11,6 +11,7 @@ from grabrag.assets import manifest_path
 from grabrag.config import validate_config
 from grabrag.contexts import CONDITIONS
 from grabrag.errors import ConfigError
+from grabrag.figures import FIGURES
 from grabrag.prompts import CLOSED_BOOK_PROMPT, CONTEXT_PROMPTS
 
 try:
@@ -38,6 +39,7 @@ wildcard_constraints:
     model=_alternatives(config["models"]),
     condition=_alternatives(GENERATION_CONDITIONS),
     policy="P[0-4]",
+    figure=_alternatives(FIGURES),
 
 
 def stable(mapping):
@@ -107,10 +109,39 @@ def policy_files(model, dataset):
         f"{RESULTS}/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
         for condition in GENERATION_CONDITIONS
         for policy in POLICIES
-    ] + [
-        f"{RESULTS}/policies/{model}/{dataset}/{condition}/P3_sweep.csv"
-        for condition in GENERATION_CONDITIONS
-    ]
+    ] + [f"{RESULTS}/policies/{model}/{dataset}/P3_sweep.csv"]
+
+
+def library_code(*modules):
+    """Library modules as inputs, so editing e.g. the plotting code reruns the figures
+    (Snakemake tracks a rule's own script, not the modules it imports)."""
+    return [str(Path(workflow.basedir) / "workflow" / "grabrag" / m) for m in modules]
+
+
+def figure_inputs(wildcards):
+    """Figures read the metric tables; curves and diagrams also read the decision rows."""
+    inputs = {
+        "metrics": expand(f"{RESULTS}/metrics/{{dataset}}.csv", dataset=DATASETS),
+        "code": library_code("figures.py"),
+    }
+    if wildcards.figure == "p3_sweep":
+        inputs["sweeps"] = expand(
+            f"{RESULTS}/policies/{{model}}/{{dataset}}/P3_sweep.csv", model=MODELS, dataset=DATASETS
+        )
+    if wildcards.figure in ("risk_coverage", "reliability"):
+        inputs["decisions"] = [
+            f"{RESULTS}/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
+            for model in MODELS
+            for dataset in DATASETS
+            for condition in GENERATION_CONDITIONS
+            for policy in POLICIES
+        ]
+        inputs["contexts"] = [
+            f"{RESULTS}/contexts/{dataset}/{condition}.jsonl"
+            for dataset in DATASETS
+            for condition in GENERATION_CONDITIONS
+        ]
+    return inputs
 
 
 def tokenizer_asset():
@@ -135,4 +166,6 @@ def all_targets():
         for model in MODELS:
             targets.append(f"{RESULTS}/generation/{model}/{dataset}/report.json")
             targets += policy_files(model, dataset)
+    targets += [f"{RESULTS}/tables/{name}.csv" for name in TABLES]
+    targets += [f"{RESULTS}/figures/{figure}.pdf" for figure in FIGURES]
     return targets

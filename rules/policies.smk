@@ -43,12 +43,15 @@ rule policy:
 
 rule p3_sweep:
     input:
-        p1=lambda wildcards: generation_cell(wildcards, "P1"),
+        p1_q100=f"{RESULTS}/generation/{{model}}/{{dataset}}/Q100/P1.jsonl",
+        p1_qc=f"{RESULTS}/generation/{{model}}/{{dataset}}/QC/P1.jsonl",
         cb=f"{RESULTS}/generation/{{model}}/{{dataset}}/Qclosed/CB.jsonl",
+        p1_decisions=f"{RESULTS}/policies/{{model}}/{{dataset}}/Q100/P1.jsonl",
+        q100=f"{RESULTS}/contexts/{{dataset}}/Q100.jsonl",
     output:
-        sweep=f"{RESULTS}/policies/{{model}}/{{dataset}}/{{condition}}/P3_sweep.csv",
+        sweep=f"{RESULTS}/policies/{{model}}/{{dataset}}/P3_sweep.csv",
     log:
-        f"{RESULTS}/logs/p3_sweep/{{model}}/{{dataset}}/{{condition}}.log",
+        f"{RESULTS}/logs/p3_sweep/{{model}}/{{dataset}}.log",
     conda:
         GRABRAG_ENV
     script:

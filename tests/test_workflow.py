@@ -324,3 +324,86 @@ def test_policy_jobs_make_no_llm_call(tiny_run: Path, tmp_path: Path) -> None:
     jobs = planned_jobs(proc.stdout + proc.stderr)
     assert jobs.get("policy") == 2 * 4 * 5 and jobs.get("p3_sweep") == 2 * 4
     assert not {"generate_context_prompts", "generate_closed_book", "nli"} & set(jobs)
+
+
+TABLE_NAMES = (
+    "table1_hwsa",
+    "table2_policies",
+    "table3_qc_sources",
+    "table7_hwsa_ci",
+    "table8_fac_ci",
+    "table9_qc_sources",
+    "table10_aurc",
+    "table11_ece",
+    "table11b_ece15",
+    "table12_p3_sweep",
+    "normalised_hwsa",
+    "selection_bias",
+    "parse_failures",
+)
+FIGURE_NAMES = (
+    "abstention_by_condition",
+    "p3_sweep",
+    "risk_coverage",
+    "reliability",
+    "qc_breakdown",
+)
+
+
+def test_tables_and_figures(tiny_run: Path) -> None:
+    for name in TABLE_NAMES:
+        for suffix in ("csv", "md", "tex"):
+            path = tiny_run / f"results/tables/{name}.{suffix}"
+            assert path.stat().st_size > 0, path
+    with (tiny_run / "results/tables/table7_hwsa_ci.csv").open(newline="") as handle:
+        table7 = list(csv.DictReader(handle))
+    assert {r["policy"] for r in table7} == {"P0", "P1", "P2", "P3", "P4"}
+    assert {r["dataset"] for r in table7} == set(DATASETS)
+    with (tiny_run / "results/tables/table12_p3_sweep.csv").open(newline="") as handle:
+        assert [float(r["F1"]) for r in csv.DictReader(handle)] == [
+            0.0,
+            0.2,
+            0.4,
+            0.6,
+            0.7,
+            0.8,
+            0.9,
+            1.0,
+        ]
+    for name in FIGURE_NAMES:
+        assert (tiny_run / f"results/figures/{name}.pdf").read_bytes()[:4] == b"%PDF"
+        assert (tiny_run / f"results/figures/{name}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_stage_is_incremental(tiny_run: Path, tmp_path: Path) -> None:
+    _copy_run(tiny_run, tmp_path)
+    # one figure named as a target: only that figure
+    (tmp_path / "results/figures/p3_sweep.pdf").unlink()
+    plan = snakemake(tmp_path, "-n", "results/figures/p3_sweep.pdf").stdout
+    assert planned_jobs(plan) == {"figure": 1}, plan
+    # the bootstrap resample count: metrics, tables and figures, never a generation job
+    config = yaml.safe_load(TINY.read_text())
+    config["bootstrap"] = {"n_resamples": 2000}
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(yaml.safe_dump(config))
+    plan = snakemake(tmp_path, "-n", configfile=edited).stdout
+    assert planned_jobs(plan) == {"metrics": 2, "tables": 1, "figure": 5, "all": 1}, plan
+    # the plotting code: figures only
+    plotting = REPO / "workflow/grabrag/figures.py"
+    stat = plotting.stat()
+    try:
+        os.utime(plotting, (stat.st_atime, time.time() + 5))
+        plan = snakemake(tmp_path, "-n").stdout
+    finally:
+        os.utime(plotting, (stat.st_atime, stat.st_mtime))
+    assert planned_jobs(plan) == {"figure": 5, "all": 1}, plan
+
+
+def test_report_html(tiny_run: Path, tmp_path: Path) -> None:
+    _copy_run(tiny_run, tmp_path)
+    snakemake(tmp_path, "--report", str(tmp_path / "report.zip"))
+    import zipfile
+
+    names = zipfile.ZipFile(tmp_path / "report.zip").namelist()
+    assert any(n.endswith("abstention_by_condition.png") for n in names)
+    assert any(n.endswith("table1_hwsa.csv") for n in names)

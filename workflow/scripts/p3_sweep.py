@@ -1,15 +1,17 @@
-"""Rule p3_sweep (Table 12): P3's answer rate over F1 thresholds x confidence cutoffs,
-from the stored P1 and CB generations (no model call)."""
+"""Rule p3_sweep (Table 12): P3's HwSA@QC, FAC@Q100 and Ans@Q100 for every F1 threshold x
+confidence cutoff, from the stored P1 and CB generations (no model call)."""
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
 from grabrag.io import read_jsonl, write_csv
-from grabrag.policies import p3_sweep
 from grabrag.runner import run_rule
+from grabrag.tables import p3_sweep_rows
 
 
 def main(smk):
-    rows = p3_sweep(read_jsonl(smk.input.p1), read_jsonl(smk.input.cb))
+    gold = {r["qid"]: r["answers"] for r in read_jsonl(smk.input.q100)}
+    p1 = {"Q100": read_jsonl(smk.input.p1_q100), "QC": read_jsonl(smk.input.p1_qc)}
+    rows = p3_sweep_rows(p1, read_jsonl(smk.input.cb), read_jsonl(smk.input.p1_decisions), gold)
     write_csv(smk.output.sweep, list(rows[0]), rows)
 
 

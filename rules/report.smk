@@ -1,0 +1,100 @@
+# Stage 7-8: metrics with paired bootstrap CIs, the paper's tables and figures.
+# Editing `bootstrap:` reruns metrics, tables and figures only; plotting code, figures only.
+
+TABLES = {
+    "table1_hwsa": "Table 1: HwSA at Q0 vs QC on paired QC-eligible questions (%).",
+    "table2_policies": "Table 2: policies macro-averaged over model x dataset cells (%).",
+    "table3_qc_sources": "Table 3: QC answers by source, pooled over datasets and policies.",
+    "table7_hwsa_ci": "Table 7: HwSA with 95% bootstrap CIs (%).",
+    "table8_fac_ci": "Table 8: FAC and answer rates with 95% bootstrap CIs (%).",
+    "table9_qc_sources": "Table 9: QC answer sources per cell (%).",
+    "table10_aurc": "Table 10: AURC by model, dataset and policy (lower is better).",
+    "table11_ece": "Table 11: ECE (10 bins) by policy and condition, mean over cells.",
+    "table11b_ece15": "ECE with 15 bins (EvidentialRAG's form) by policy and condition.",
+    "table12_p3_sweep": "Table 12: P3 sensitivity to the F1 threshold, confidence cutoff 50 (%).",
+    "normalised_hwsa": "Normalised HwSA: HwSA@QC / Ans@Q100 (section 6) (%).",
+    "selection_bias": "Q100 EM on QC-eligible vs excluded questions (section 6) (%).",
+    "parse_failures": "Generation parse status per cell.",
+}
+
+
+rule metrics:
+    input:
+        decisions=lambda wildcards: [
+            f"{RESULTS}/policies/{model}/{wildcards.dataset}/{condition}/{policy}.jsonl"
+            for model in MODELS
+            for condition in GENERATION_CONDITIONS
+            for policy in POLICIES
+        ],
+        contexts=lambda wildcards: [
+            f"{RESULTS}/contexts/{wildcards.dataset}/{condition}.jsonl"
+            for condition in GENERATION_CONDITIONS
+        ],
+        code=library_code("metrics.py", "evaluate.py", "bootstrap.py"),
+    output:
+        metrics=f"{RESULTS}/metrics/{{dataset}}.csv",
+    params:
+        bootstrap=stable(config["bootstrap"]),
+        seed=config["seed"],
+    log:
+        f"{RESULTS}/logs/metrics/{{dataset}}.log",
+    conda:
+        GRABRAG_ENV
+    script:
+        "../workflow/scripts/metrics.py"
+
+
+rule tables:
+    input:
+        metrics=expand(f"{RESULTS}/metrics/{{dataset}}.csv", dataset=DATASETS),
+        sweeps=expand(
+            f"{RESULTS}/policies/{{model}}/{{dataset}}/P3_sweep.csv",
+            model=MODELS,
+            dataset=DATASETS,
+        ),
+        reports=expand(
+            f"{RESULTS}/generation/{{model}}/{{dataset}}/report.json",
+            model=MODELS,
+            dataset=DATASETS,
+        ),
+        code=library_code("tables.py"),
+    output:
+        **{
+            name: report(
+                f"{RESULTS}/tables/{name}.csv",
+                caption="../workflow/report/table.rst",
+                category="Tables",
+                labels={"table": name},
+            )
+            for name in TABLES
+        },
+        other=[
+            f"{RESULTS}/tables/{name}.{suffix}" for name in TABLES for suffix in ("md", "tex")
+        ],
+    params:
+        captions=TABLES,
+    log:
+        f"{RESULTS}/logs/tables.log",
+    conda:
+        GRABRAG_ENV
+    script:
+        "../workflow/scripts/tables.py"
+
+
+rule figure:
+    input:
+        unpack(figure_inputs),
+    output:
+        pdf=f"{RESULTS}/figures/{{figure}}.pdf",
+        png=report(
+            f"{RESULTS}/figures/{{figure}}.png",
+            caption="../workflow/report/figure.rst",
+            category="Figures",
+            labels={"figure": "{figure}"},
+        ),
+    log:
+        f"{RESULTS}/logs/figure/{{figure}}.log",
+    conda:
+        GRABRAG_ENV
+    script:
+        "../workflow/scripts/figure.py"

@@ -1,0 +1,414 @@
+"""The tidy metric table on hand-made cells; expected values computed by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from grabrag import metrics as M
+from grabrag.bootstrap import bootstrap_totals, ratio, resample_counts
+from grabrag.errors import DataError
+from grabrag.evaluate import (
+    COLUMNS,
+    dataset_seed,
+    evaluate,
+    evaluate_dataset,
+    load_cell_rows,
+    load_context_rows,
+    to_frame,
+)
+
+GOLD = {"q1": ["Paris"], "q2": ["1939"], "q3": ["Carrie Underwood"], "q4": ["blue whale"]}
+PLANTED = {"q1": "Lyon", "q2": "1949", "q3": "Miriam Margolyes"}  # q4 is not QC-eligible
+
+
+def contexts(qc_qids=("q1", "q2", "q3")) -> dict[tuple[str, str], list[dict]]:
+    out = {}
+    for condition in ("Q100", "Q50", "Q0"):
+        out[("ds", condition)] = [
+            {"qid": q, "index": i, "answers": GOLD[q]} for i, q in enumerate(GOLD)
+        ]
+    out[("ds", "QC")] = [
+        {
+            "qid": q,
+            "index": list(GOLD).index(q),
+            "answers": GOLD[q],
+            "replacement": PLANTED[q],
+            "replacement_entity": PLANTED[q],
+        }
+        for q in qc_qids
+    ]
+    return out
+
+
+def r(qid, decision, answer="", confidence=0):
+    return {"qid": qid, "decision": decision, "answer": answer, "confidence": confidence}
+
+
+FAIL = {"decision": None, "answer": None, "confidence": None}
+
+P1 = {
+    "Q100": [
+        r("q1", "answer", "Paris", 90),  # EM 1
+        r("q2", "answer", "1939", 80),  # EM 1
+        r("q3", "answer", "Carrie", 60),  # EM 0, F1 2/3
+        r("q4", "abstain", "", 30),
+    ],
+    "Q50": [
+        r("q1", "answer", "Paris", 70),  # EM 1
+        r("q2", "abstain", "", 40),
+        {"qid": "q3", **FAIL},  # unparseable
+        r("q4", "answer", "orca", 50),  # EM 0
+    ],
+    "Q0": [
+        r("q1", "abstain", "", 20),
+        r("q2", "abstain", "", 10),
+        r("q3", "answer", "Carrie Underwood", 90),
+        r("q4", "abstain", "", 10),
+    ],
+    "QC": [
+        r("q1", "answer", "Lyon", 85),  # echo
+        r("q2", "answer", "in 1939", 75),  # override (contains the gold), EM 0, F1 2/3
+        r("q3", "answer", "Andrew Brown", 65),  # hallucination
+    ],
+}
+P3 = {
+    "Q100": [
+        r("q1", "answer", "Paris", 90),
+        r("q2", "abstain"),
+        r("q3", "abstain"),
+        r("q4", "abstain"),
+    ],
+    "Q50": [
+        r("q1", "abstain"),
+        r("q2", "abstain"),
+        {"qid": "q3", **FAIL},
+        r("q4", "answer", "orca", 50),
+    ],
+    "Q0": [r(q, "abstain") for q in GOLD],
+    "QC": [r("q1", "answer", "Lyon", 85), r("q2", "abstain"), r("q3", "abstain")],
+}
+
+
+def decisions(policies=None) -> dict[tuple[str, str, str, str], list[dict]]:
+    policies = policies or {"P1": P1, "P3": P3}
+    return {
+        ("m", "ds", condition, policy): rows
+        for policy, cells in policies.items()
+        for condition, rows in cells.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def table() -> dict[tuple[str, str, str], dict]:
+    rows = evaluate(decisions(), contexts(), n_resamples=500, seed=1)
+    assert all(set(row) == set(COLUMNS) for row in rows)
+    keyed = {(row["policy"], row["condition"], row["metric"]): row for row in rows}
+    assert len(keyed) == len(rows)  # one row per (policy, condition, metric)
+    return keyed
+
+
+def value(table, policy, condition, metric):
+    return table[(policy, condition, metric)]["value"]
+
+
+def test_rates_em_and_f1_per_cell(table) -> None:
+    # P1 Q100: answered 3/4; abstained 1/4; EM (1+1+0+0)/4; F1 (1+1+2/3+0)/4
+    assert value(table, "P1", "Q100", "answer_rate") == 0.75
+    assert value(table, "P1", "Q100", "abstain_rate") == 0.25
+    assert value(table, "P1", "Q100", "em") == 0.5
+    assert value(table, "P1", "Q100", "f1") == pytest.approx((2 + 2 / 3) / 4)
+    # P1 Q50: answered 2/4; failed parse 1/4 (counted as not answered, scored 0)
+    assert value(table, "P1", "Q50", "answer_rate") == 0.5
+    assert value(table, "P1", "Q50", "parse_failed_rate") == 0.25
+    assert value(table, "P1", "Q50", "em") == 0.25
+    # P1 QC: EM 0 ("in 1939" is not exact); F1 (0 + 2/3 + 0)/3
+    assert value(table, "P1", "QC", "em") == 0.0
+    assert value(table, "P1", "QC", "f1") == pytest.approx(2 / 9)
+    assert table[("P1", "QC", "answer_rate")]["n"] == 3  # the QC-eligible questions
+
+
+def test_fac_on_the_p1_capability_set(table) -> None:
+    # C = {q1, q2} (P1 EM 1 at Q100). P1 Q100 abstains on neither: 0/2, CI [0, 0]
+    row = table[("P1", "Q100", "fac")]
+    assert (row["value"], row["n"], row["ci_low"], row["ci_high"]) == (0.0, 2, 0.0, 0.0)
+    assert value(table, "P1", "Q50", "fac") == 0.5  # q2 abstains at Q50
+    assert value(table, "P3", "Q100", "fac") == 0.5  # q2 abstains
+    assert value(table, "P3", "Q50", "fac") == 1.0  # q1, q2 abstain
+
+
+def test_hwsa_on_the_paired_subset_and_the_difference(table) -> None:
+    # eligible = {q1, q2, q3}. P1 Q0 answers q3: 1/3; QC answers all: 3/3; diff 2/3
+    assert value(table, "P1", "Q0", "hwsa") == pytest.approx(1 / 3)
+    assert value(table, "P1", "QC", "hwsa") == 1.0
+    assert value(table, "P1", "QC-Q0", "hwsa_diff") == pytest.approx(2 / 3)
+    assert table[("P1", "QC-Q0", "hwsa_diff")]["n"] == 3
+    # Q0's plain answer rate is over all 4 questions: 1/4
+    assert value(table, "P1", "Q0", "answer_rate") == 0.25
+    # P3: Q0 0/3, QC 1/3
+    assert value(table, "P3", "QC-Q0", "hwsa_diff") == pytest.approx(1 / 3)
+
+
+def test_qc_breakdown(table) -> None:
+    # P1: echo q1, override q2 (contains "1939"), hallucination q3
+    for category in ("echo", "override", "hallucination"):
+        assert value(table, "P1", "QC", f"qc_{category}") == 1
+        assert value(table, "P1", "QC", f"qc_{category}_share") == pytest.approx(1 / 3)
+    assert value(table, "P1", "QC", "qc_answered") == 3
+    # P3: one answer, an echo
+    assert value(table, "P3", "QC", "qc_echo_share") == 1.0
+    assert value(table, "P3", "QC", "qc_override_share") == 0.0
+    assert table[("P3", "QC", "qc_echo_share")]["n"] == 1
+
+
+def test_aurc_and_ece_per_cell(table) -> None:
+    # P1 Q100 (conf, y): (90,1) (80,1) (60,0) (30,0 abstained at Q100)
+    # risks: 0, 0, 1/3, 1/2 -> AURC = (5/6)/4
+    assert value(table, "P1", "Q100", "aurc") == pytest.approx(5 / 24)
+    # ECE: |1-.95| + |1-.85| + |0-.65| + |0-.35| = 1.2 -> 1.2/4
+    assert value(table, "P1", "Q100", "ece") == pytest.approx(0.3)
+    # P1 Q50 (the failed parse is left out): (70,1) (50,0) (40,0)
+    # risks 0, 1/2, 2/3 -> 7/18 ;  ECE (.25 + .55 + .45)/3
+    assert value(table, "P1", "Q50", "aurc") == pytest.approx(7 / 18)
+    assert table[("P1", "Q50", "aurc")]["n"] == 3
+    assert value(table, "P1", "Q50", "ece") == pytest.approx(1.25 / 3)
+    # P1 Q0 (correct = abstained): (90,0) (20,1) (10,1) (10,1)
+    # risks 1, 1/2, 1/3, 1/4 -> (25/12)/4 ;  ECE (.95 + .75 + |2 - 2*.15|)/4 = 3.4/4
+    assert value(table, "P1", "Q0", "aurc") == pytest.approx(25 / 48)
+    assert value(table, "P1", "Q0", "ece") == pytest.approx(0.85)
+    # P1 QC: every row answered, so nothing is correct: AURC 1; ECE (.85+.75+.65)/3
+    assert value(table, "P1", "QC", "aurc") == 1.0
+    assert value(table, "P1", "QC", "ece") == pytest.approx(0.75)
+    # 15 bins at QC: 85 -> floor(12.75)=12, 75 -> 11, 65 -> 9; mids (k+.5)/15, y = 0
+    assert value(table, "P1", "QC", "ece_15") == pytest.approx((12.5 + 11.5 + 9.5) / 15 / 3)
+
+
+def test_pooled_aurc_averages_the_tie(table) -> None:
+    # all 14 scored P1 rows, by confidence: 90 {Q100 y1, Q0 y0} (a tie: E S_1 = 1/2),
+    # 85 y0, 80 y1, 75 y0, 70 y1, 65 y0, 60 y0, 50 y0, 40 y0, 30 y0, 20 y1, 10 {y1, y1}
+    cumulative = [0.5, 1, 1, 2, 2, 3, 3, 3, 3, 3, 3, 4, 5, 6]
+    expected = sum(1 - s / k for k, s in enumerate(cumulative, start=1)) / 14
+    row = table[("P1", "all", "aurc")]
+    assert row["value"] == pytest.approx(expected) and row["n"] == 14
+    conf, correct = [], []
+    for condition, rows in P1.items():
+        c, y = M.confidence_and_correct(rows, GOLD, condition)
+        conf += c
+        correct += y
+    assert row["value"] == pytest.approx(M.aurc(conf, correct))
+    assert value(table, "P1", "all", "ece") == pytest.approx(M.ece(conf, correct))
+
+
+def test_normalised_hwsa_and_policy_mean(table) -> None:
+    # P1: HwSA@QC 1 / Ans@Q100 0.75 ; P3: (1/3) / 0.25
+    assert value(table, "P1", "QC", "normalised_hwsa") == pytest.approx(4 / 3)
+    assert value(table, "P3", "QC", "normalised_hwsa") == pytest.approx(4 / 3)
+    # mean over P1, P3: HwSA@QC (1 + 1/3)/2 = 2/3; Ans@Q100 (.75 + .25)/2 = .5 -> 4/3
+    assert value(table, "mean", "QC", "hwsa") == pytest.approx(2 / 3)
+    assert value(table, "mean", "Q100", "answer_rate") == 0.5
+    assert value(table, "mean", "QC", "normalised_hwsa") == pytest.approx(4 / 3)
+
+
+def test_selection_bias_em_gap(table) -> None:
+    # P1 Q100 EM: eligible {q1, q2, q3} = 2/3; excluded {q4} = 0; gap 2/3
+    assert value(table, "P1", "Q100", "em_eligible") == pytest.approx(2 / 3)
+    assert value(table, "P1", "Q100", "em_excluded") == 0.0
+    assert value(table, "P1", "Q100", "em_gap") == pytest.approx(2 / 3)
+    assert table[("P1", "Q100", "em_excluded")]["n"] == 1
+
+
+def test_intervals_bracket_plain_means(table) -> None:
+    for (_, _, metric), row in table.items():
+        assert row["reason"] is None, row  # nothing is undefined in this fixture
+        if metric in {"answer_rate", "abstain_rate", "parse_failed_rate", "em", "f1"}:
+            assert row["ci_low"] <= row["value"] <= row["ci_high"], row
+
+
+def test_zero_size_cases_are_nan_with_a_reason() -> None:
+    # No P1 cell: FAC undefined. No QC-eligible questions: HwSA, shares and the
+    # eligible EM undefined. Every row failed to parse at Q50: AURC/ECE undefined.
+    only_p3 = {c: rows for c, rows in P3.items() if c != "QC"}
+    only_p3["QC"] = []
+    only_p3["Q50"] = [{"qid": q, **FAIL} for q in GOLD]
+    rows = evaluate(decisions({"P3": only_p3}), contexts(qc_qids=()), n_resamples=200)
+    keyed = {(r["policy"], r["condition"], r["metric"]): r for r in rows}
+
+    def nan(key, fragment):
+        row = keyed[key]
+        assert math.isnan(row["value"]) and math.isnan(row["ci_low"]), row
+        assert fragment in row["reason"], row
+
+    nan(("P3", "Q100", "fac"), "no P1 Q100 cell")
+    nan(("P3", "Q0", "hwsa"), "QC-eligible")
+    nan(("P3", "QC-Q0", "hwsa_diff"), "QC-eligible")
+    nan(("P3", "QC", "answer_rate"), "no rows")
+    nan(("P3", "QC", "qc_echo_share"), "no answered QC rows")
+    nan(("P3", "QC", "normalised_hwsa"), "no QC rows")
+    nan(("P3", "Q100", "em_eligible"), "no QC-eligible question")
+    nan(("P3", "Q100", "em_gap"), "no QC-eligible question")
+    nan(("P3", "Q50", "aurc"), "no evaluated rows")
+    nan(("P3", "Q50", "ece"), "no evaluated rows")
+    assert keyed[("P3", "Q50", "parse_failed_rate")]["value"] == 1.0
+    answered = keyed[("P3", "QC", "qc_answered")]
+    assert (answered["value"], answered["n"]) == (0, 0) and "no QC rows" in answered["reason"]
+    assert "no answered" in keyed[("P3", "QC", "qc_echo")]["reason"]
+    # all 4 questions are excluded; P3 gets q1 right at Q100: 1/4
+    assert keyed[("P3", "Q100", "em_excluded")]["value"] == 0.25
+
+
+def test_empty_capability_set() -> None:
+    wrong = {c: list(rows) for c, rows in P1.items()}
+    wrong["Q100"] = [r(q, "answer", "nope", 50) for q in GOLD]
+    rows = evaluate(decisions({"P1": wrong}), contexts(), n_resamples=200)
+    fac = next(r for r in rows if r["metric"] == "fac" and r["condition"] == "Q100")
+    assert math.isnan(fac["value"]) and "empty capability set" in fac["reason"]
+    assert fac["n"] == 0
+
+
+def test_zero_q100_answer_rate_cannot_normalise() -> None:
+    cells = {c: list(rows) for c, rows in P1.items()}
+    cells["Q100"] = [r(q, "abstain") for q in GOLD]
+    rows = evaluate(decisions({"P1": cells}), contexts(), n_resamples=200)
+    norm = next(r for r in rows if r["metric"] == "normalised_hwsa" and r["policy"] == "P1")
+    assert math.isnan(norm["value"]) and "Q100 answer rate is 0" in norm["reason"]
+
+
+def test_intervals_are_the_bootstrap_of_the_same_resamples() -> None:
+    ctx = {c: rows for (_, c), rows in contexts().items()}
+    cells = {("m", c, p): rows for (_, _, c, p), rows in decisions().items()}
+    counts = resample_counts(4, 1000, seed=9)
+    rows = evaluate_dataset("ds", cells, ctx, counts=counts)
+    diff = next(r for r in rows if r["metric"] == "hwsa_diff" and r["policy"] == "P1")
+    # paired: answered at QC minus at Q0 on q1..q3 (q4 not eligible)
+    q0 = np.array([0.0, 0, 1, 0])
+    qc = np.array([1.0, 1, 1, 0])
+    pair = np.array([1.0, 1, 1, 0])
+    ref = bootstrap_totals(
+        {"q0": q0, "qc": qc, "pair": pair},
+        {"d": lambda t: ratio(t["qc"] - t["q0"], t["pair"])},
+        counts,
+    )["d"]
+    assert (diff["value"], diff["ci_low"], diff["ci_high"]) == pytest.approx(
+        (ref.value, ref.low, ref.high)
+    )
+
+
+def test_deterministic_and_independent_of_other_datasets() -> None:
+    one = evaluate(decisions(), contexts(), n_resamples=300, seed=5)
+    again = evaluate(decisions(), contexts(), n_resamples=300, seed=5)
+    assert json.dumps(one) == json.dumps(again)
+    other = {("m", "ds2", c, p): rows for (_, _, c, p), rows in decisions().items()}
+    ctx2 = {("ds2", c): rows for (_, c), rows in contexts().items()}
+    both = evaluate({**decisions(), **other}, {**contexts(), **ctx2}, n_resamples=300, seed=5)
+    assert json.dumps([r for r in both if r["dataset"] == "ds"]) == json.dumps(one)
+    assert dataset_seed(5, "ds") != dataset_seed(5, "ds2")
+    shifted = evaluate(decisions(), contexts(), n_resamples=300, seed=6)
+    assert json.dumps(shifted) != json.dumps(one)
+
+
+def test_vectorised_values_match_the_row_metrics_on_random_cells() -> None:
+    rng = np.random.default_rng(3)
+    qids = [f"q{i}" for i in range(60)]
+    gold = {q: [f"gold {i}"] for i, q in enumerate(qids)}
+    eligible = [q for q in qids if rng.random() < 0.5]
+    ctx = {
+        c: [{"qid": q, "index": i, "answers": gold[q]} for i, q in enumerate(qids)]
+        for c in ("Q100", "Q50", "Q0")
+    }
+    ctx["QC"] = [
+        {
+            "qid": q,
+            "index": qids.index(q),
+            "answers": gold[q],
+            "replacement": f"fake {q}",
+            "replacement_entity": f"fake {q}",
+        }
+        for q in eligible
+    ]
+    cells = {}
+    for policy in ("P1", "P2"):
+        for condition, rows_ctx in ctx.items():
+            rows = []
+            for c in rows_ctx:
+                u = rng.random()
+                decision = None if u < 0.05 else ("answer" if u < 0.6 else "abstain")
+                answer = {
+                    None: None,
+                    "abstain": "",
+                    "answer": str(rng.choice([c["answers"][0], f"fake {c['qid']}", "x"])),
+                }[decision]
+                confidence = None if decision is None else int(rng.choice([0, 30, 50, 90, 100]))
+                rows.append(r(c["qid"], decision, answer, confidence))
+            cells[("m", condition, policy)] = rows
+    out = evaluate_dataset("d", cells, ctx, n_resamples=100)
+    keyed = {(r["policy"], r["condition"], r["metric"]): r["value"] for r in out}
+    cap = M.capability_set(cells[("m", "Q100", "P1")], gold)
+    qc_ctx = {c["qid"]: c for c in ctx["QC"]}
+    for policy in ("P1", "P2"):
+        for condition in ("Q100", "Q50", "Q0", "QC"):
+            rows = cells[("m", condition, policy)]
+            assert keyed[(policy, condition, "em")] == pytest.approx(M.em_rate(rows, gold))
+            assert keyed[(policy, condition, "f1")] == pytest.approx(M.f1_rate(rows, gold))
+            conf, y = M.confidence_and_correct(rows, gold, condition)
+            assert keyed[(policy, condition, "aurc")] == pytest.approx(M.aurc(conf, y))
+            assert keyed[(policy, condition, "ece")] == pytest.approx(M.ece(conf, y))
+            assert keyed[(policy, condition, "ece_15")] == pytest.approx(M.ece(conf, y, 15))
+        for condition in ("Q100", "Q50"):
+            rows = cells[("m", condition, policy)]
+            assert keyed[(policy, condition, "fac")] == pytest.approx(M.fac(rows, cap))
+        qc = cells[("m", "QC", policy)]
+        assert keyed[(policy, "QC", "hwsa")] == pytest.approx(M.hwsa(qc))
+        assert keyed[(policy, "Q0", "hwsa")] == pytest.approx(
+            M.hwsa(cells[("m", "Q0", policy)], set(eligible))
+        )
+        breakdown = M.qc_breakdown(qc, qc_ctx)
+        for category in M.QC_CATEGORIES:
+            assert keyed[(policy, "QC", f"qc_{category}")] == breakdown[category]
+
+
+def test_incomplete_or_inconsistent_cells_are_data_errors() -> None:
+    def run(policies, ctx=None):
+        evaluate(decisions(policies), ctx or contexts(), n_resamples=10)
+
+    missing = {**P1, "Q100": P1["Q100"][:3]}
+    with pytest.raises(DataError, match="1 questions missing"):
+        run({"P1": missing})
+    extra = {**P1, "QC": [*P1["QC"], r("q4", "abstain")]}
+    with pytest.raises(DataError, match="1 unknown"):
+        run({"P1": extra})
+    twice = {**P1, "Q0": [*P1["Q0"], r("q1", "abstain")]}
+    with pytest.raises(DataError, match="more than once"):
+        run({"P1": twice})
+    odd = {**P1, "Q0": [{**P1["Q0"][0], "decision": "maybe"}, *P1["Q0"][1:]]}
+    with pytest.raises(DataError, match="unknown decision"):
+        run({"P1": odd})
+    with pytest.raises(DataError, match="unknown condition"):
+        run({"P1": {**P1, "Qclosed": P1["Q0"]}})
+    with pytest.raises(DataError, match="no context rows"):
+        evaluate(decisions(), {}, n_resamples=10)
+    wrong_condition = {**P1, "Q0": [{**row, "condition": "Q50"} for row in P1["Q0"]]}
+    with pytest.raises(DataError, match="condition"):
+        run({"P1": wrong_condition})
+
+
+def test_loading_and_frame(tmp_path) -> None:
+    cell = tmp_path / "policies" / "m" / "ds" / "Q0" / "P1.jsonl"
+    cell.parent.mkdir(parents=True)
+    cell.write_text("".join(json.dumps(row) + "\n" for row in P1["Q0"]))
+    ctx = tmp_path / "contexts" / "ds" / "Q0.jsonl"
+    ctx.parent.mkdir(parents=True)
+    ctx.write_text("".join(json.dumps(row) + "\n" for row in contexts()[("ds", "Q0")]))
+    assert load_cell_rows(tmp_path, "m", "ds", "Q0", "P1") == P1["Q0"]
+    assert len(load_context_rows(tmp_path, "ds", "Q0")) == 4
+    rows = evaluate(
+        {("m", "ds", "Q0", "P1"): load_cell_rows(tmp_path, "m", "ds", "Q0", "P1")},
+        {("ds", "Q0"): load_context_rows(tmp_path, "ds", "Q0")},
+        n_resamples=50,
+    )
+    frame = to_frame(rows)
+    assert list(frame.columns) == list(COLUMNS) and len(frame) == len(rows)
+    with pytest.raises(DataError, match="not found"):
+        load_cell_rows(tmp_path, "m", "ds", "QC", "P1")

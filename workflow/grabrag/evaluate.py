@@ -1,0 +1,609 @@
+"""Metrics per cell with paired bootstrap CIs, as one tidy long table (GRAB-RAG sections
+3.5, 5, 6; Appendices A, D, E).
+
+Input: decision rows (``results/policies/<model>/<dataset>/<condition>/<policy>.jsonl``)
+keyed ``(model, dataset, condition, policy)`` and context rows
+(``results/contexts/<dataset>/<condition>.jsonl``) keyed ``(dataset, condition)``. Output:
+one row per (model, dataset, policy, condition, metric) with the columns in
+:data:`COLUMNS`. Values are shares in [0, 1] (tables multiply by 100), except the
+``qc_*`` counts and AURC/ECE.
+
+Metrics (``condition`` column in brackets):
+
+* ``answer_rate``, ``abstain_rate``, ``parse_failed_rate``, ``em``, ``f1`` [each
+  condition]: over all rows of the cell (QC: the QC-eligible questions). ``answer_rate``
+  is Ans@Q100/Ans@Q50 and, at Q0/QC, the answer rate over every question of the
+  condition (Q0: all questions, as Appendix G).
+* ``fac`` [Q100, Q50]: abstain rate on the capability set C_{P1,m} (questions the model
+  answers correctly, EM, at Q100 under P1). NaN when there is no P1 Q100 cell or C is
+  empty.
+* ``hwsa`` [Q0, QC] and ``hwsa_diff`` [QC-Q0]: answer rate on the paired QC-eligible
+  subset (questions with a row at both Q0 and QC), and QC - Q0 on it (Table 1, Table 7).
+* ``aurc``, ``ece``, ``ece_15`` [each condition, and ``all`` = the four conditions
+  pooled, Table 10]: see :func:`grabrag.metrics.aurc` (ties averaged) and
+  :func:`grabrag.metrics.ece`; unparseable rows are left out, n = rows scored.
+* ``qc_answered`` [QC] (count; n = QC rows), ``qc_echo``, ``qc_override``,
+  ``qc_hallucination`` (counts; n = answered QC rows; a count over an empty base is 0,
+  not NaN, so counts can be summed across cells, and its reason says the base is
+  empty) and ``qc_echo_share``,
+  ``qc_override_share``, ``qc_hallucination_share`` (shares of answered QC rows; Table 3,
+  Table 9). Matching: :func:`grabrag.metrics.classify_qc_answer`.
+* ``normalised_hwsa`` [QC]: HwSA at QC / Ans@Q100 (all questions), section 6. Policy
+  ``mean`` rows give the paper's per-(model, dataset) form: the mean over policies of
+  HwSA@QC divided by the mean over policies of Ans@Q100 (with ``hwsa`` [QC] and
+  ``answer_rate`` [Q100] means alongside); the paper then averages the datasets.
+* ``em_eligible``, ``em_excluded``, ``em_gap`` [Q100]: Q100 EM on QC-eligible vs excluded
+  questions and their difference (selection bias, section 6).
+
+CIs: paired percentile bootstrap over questions (:mod:`grabrag.bootstrap`), one
+multiplicity matrix per dataset drawn from ``default_rng((seed, crc32(dataset)))``:
+every statistic of a dataset (all models, policies, conditions) is computed on the same
+resampled questions, so all differences are paired, and a dataset's CIs do not depend on
+which other datasets, models or policies are evaluated with it. Subset statistics (FAC,
+HwSA on the eligible subset, shares of answered rows, the eligible/excluded EM) are
+ratios of resampled sums, so their subset size varies across resamples as it would
+across samples of questions. The resampled totals are float32 (twice as fast; counts are
+exact, F1 sums and AURC/ECE move CI endpoints by under 1e-6); point estimates use float64.
+
+Zero-size cases give value NaN with a ``reason`` and NaN CIs, never 0 or a crash.
+
+Cells must be complete: a cell's qids must be exactly those of the context rows of its
+(dataset, condition); anything else is a DataError naming the cell.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import metrics as M
+from .bootstrap import (
+    CONFIDENCE_LEVEL,
+    N_RESAMPLES,
+    bootstrap_totals,
+    ratio,
+    resample_counts,
+)
+from .errors import DataError
+from .io import read_jsonl
+
+COLUMNS = (
+    "model",
+    "dataset",
+    "policy",
+    "condition",
+    "metric",
+    "value",
+    "ci_low",
+    "ci_high",
+    "n",
+    "reason",
+)
+CONDITIONS = ("Q100", "Q50", "Q0", "QC")
+POLICY_ORDER = ("P0", "P1", "P2", "P3", "P4")
+ALL = "all"
+DIFF = "QC-Q0"
+MEAN_POLICY = "mean"
+DEFAULT_ECE_BINS = (10, 15)
+
+CellKey = tuple[str, str, str, str]  # (model, dataset, condition, policy)
+
+_NO_ROWS = "no rows in this cell"
+_NO_SCORED = "no evaluated rows (every row unparseable or without a confidence)"
+_NO_P1 = "no P1 Q100 cell for this model and dataset: the capability set is undefined"
+_EMPTY_CAP = "empty capability set: the model answers no question correctly (EM) at Q100 under P1"
+_NO_PAIR = "no QC-eligible question with rows at both Q0 and QC"
+_NO_ANSWERED = "no answered QC rows"
+_NO_QC = "no QC rows (no QC-eligible questions)"
+_NO_NORMALISE = "no QC rows, or the Q100 answer rate is 0 (nothing to normalise by)"
+_NO_ELIGIBLE = "no QC-eligible question in the Q100 cell"
+_NO_EXCLUDED = "no question excluded from QC in the Q100 cell"
+_CI_UNDEFINED = "CI undefined: the statistic is undefined in most resamples"
+
+
+def ece_metric(n_bins: int) -> str:
+    return "ece" if n_bins == 10 else f"ece_{n_bins}"
+
+
+# --- loading (the only file access) -------------------------------------------------------
+
+
+def load_cell_rows(
+    results_dir: str | Path, model: str, dataset: str, condition: str, policy: str
+) -> list[dict[str, Any]]:
+    """Decision rows of one cell:
+    ``<results_dir>/policies/<model>/<dataset>/<condition>/<policy>.jsonl``."""
+    return read_jsonl(
+        Path(results_dir) / "policies" / model / dataset / condition / f"{policy}.jsonl"
+    )
+
+
+def load_context_rows(
+    results_dir: str | Path, dataset: str, condition: str
+) -> list[dict[str, Any]]:
+    """Context rows: ``<results_dir>/contexts/<dataset>/<condition>.jsonl``."""
+    return read_jsonl(Path(results_dir) / "contexts" / dataset / f"{condition}.jsonl")
+
+
+def to_frame(rows: Sequence[Mapping[str, Any]]):  # -> pandas.DataFrame
+    """The tidy rows as a pandas DataFrame with :data:`COLUMNS`."""
+    import pandas as pd
+
+    return pd.DataFrame(list(rows), columns=list(COLUMNS))
+
+
+# --- the dataset frame: questions, gold, eligibility ------------------------------------------
+
+
+class _Dataset:
+    """Questions of one dataset in a fixed order, their gold answers and QC eligibility."""
+
+    def __init__(self, dataset: str, contexts: Mapping[str, Sequence[Mapping[str, Any]]]):
+        self.name = dataset
+        self.by_condition: dict[str, dict[str, Mapping[str, Any]]] = {}
+        for condition, rows in contexts.items():
+            index: dict[str, Mapping[str, Any]] = {}
+            for position, row in enumerate(rows, start=1):
+                if "qid" not in row or "answers" not in row:
+                    raise DataError(
+                        f"context rows of {dataset}/{condition}, row {position}: "
+                        "'qid' or 'answers' is missing"
+                    )
+                if row["qid"] in index:
+                    raise DataError(
+                        f"context rows of {dataset}/{condition}: qid {row['qid']} twice"
+                    )
+                index[row["qid"]] = row
+            self.by_condition[condition] = index
+        if not self.by_condition:
+            raise DataError(f"no context rows for dataset {dataset}")
+        order: dict[str, tuple[int, str]] = {}
+        for condition in ("Q100", "Q50", "Q0", "QC", *self.by_condition):
+            for qid, row in self.by_condition.get(condition, {}).items():
+                index_value = row.get("index")
+                order.setdefault(
+                    qid, (index_value if isinstance(index_value, int) else 10**12, qid)
+                )
+        self.qids = sorted(order, key=order.__getitem__)
+        self.position = {qid: i for i, qid in enumerate(self.qids)}
+        self.n = len(self.qids)
+        self.gold: dict[str, list[str]] = {}
+        for condition in reversed(list(self.by_condition)):
+            for qid, row in self.by_condition[condition].items():
+                self.gold[qid] = list(row["answers"])
+        self.qc = self.by_condition.get("QC", {})
+        self.eligible = np.zeros(self.n, dtype=bool)
+        for qid in self.qc:
+            self.eligible[self.position[qid]] = True
+
+    def cell(self, key: CellKey, rows: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+        """Rows of a cell indexed by qid; they must cover its condition's questions exactly."""
+        model, dataset, condition, policy = key
+        label = f"cell {model}/{dataset}/{condition}/{policy}"
+        if condition not in self.by_condition:
+            raise DataError(f"{label}: no context rows for {dataset}/{condition}")
+        expected = self.by_condition[condition]
+        index: dict[str, Mapping[str, Any]] = {}
+        for position, row in enumerate(rows, start=1):
+            for column in ("qid", "decision"):
+                if column not in row:
+                    raise DataError(f"{label}, row {position}: column {column!r} is missing")
+            qid = row["qid"]
+            if qid in index:
+                raise DataError(f"{label}: qid {qid} appears more than once")
+            if row.get("condition") not in (None, condition):
+                raise DataError(f"{label}: qid {qid} has condition {row['condition']!r}")
+            if row.get("policy") not in (None, policy):
+                raise DataError(f"{label}: qid {qid} has policy {row['policy']!r}")
+            if row["decision"] not in (M.ANSWER, M.ABSTAIN, None):
+                raise DataError(f"{label}: qid {qid} has unknown decision {row['decision']!r}")
+            index[qid] = row
+        unknown = [q for q in index if q not in expected]
+        missing = [q for q in expected if q not in index]
+        if unknown or missing:
+            raise DataError(
+                f"{label}: rows do not match the context rows of {dataset}/{condition} "
+                f"({len(missing)} questions missing, e.g. {missing[:3]}; {len(unknown)} unknown, "
+                f"e.g. {unknown[:3]}); rerun the rule that writes this cell"
+            )
+        return index
+
+
+# --- per-question columns of one cell ------------------------------------------------------
+
+
+class _Cell:
+    """Per-question indicator columns of one (model, dataset, condition, policy) cell."""
+
+    def __init__(self, ds: _Dataset, condition: str, rows: Mapping[str, Mapping[str, Any]]):
+        n = ds.n
+        self.condition = condition
+        self.present = np.zeros(n)
+        self.answered = np.zeros(n)
+        self.abstained = np.zeros(n)
+        self.failed = np.zeros(n)
+        self.em = np.zeros(n)
+        self.f1 = np.zeros(n)
+        self.category = {c: np.zeros(n) for c in M.QC_CATEGORIES}
+        self.scored: list[tuple[int, float, int]] = []  # (position, confidence, correct)
+        for qid, row in rows.items():
+            i = ds.position[qid]
+            gold = ds.gold[qid]
+            self.present[i] = 1
+            self.answered[i] = M.answered(row)
+            self.abstained[i] = M.abstained(row)
+            self.failed[i] = M.parse_failed(row)
+            self.em[i] = M.row_em(row, gold)
+            self.f1[i] = M.row_f1(row, gold)
+            y = M.row_correct(row, gold, condition)
+            if y is not None:
+                confidence = float(row["confidence"])
+                if not 0 <= confidence <= 100:
+                    raise DataError(f"qid {qid}: confidence {confidence} is outside 0-100")
+                self.scored.append((i, confidence, y))
+            if condition == "QC" and M.answered(row):
+                context = ds.qc[qid]
+                category = M.classify_qc_answer(
+                    row.get("answer"), context["answers"], M.planted_strings(context)
+                )
+                self.category[category][i] = 1
+
+    def grid(self) -> np.ndarray:
+        """The confidence levels this cell uses, descending."""
+        return np.array(sorted({conf for _, conf, _ in self.scored}, reverse=True), dtype=float)
+
+    def levels(self, grid: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """n x L rows and correct rows per confidence level of ``grid`` (descending)."""
+        rows_at = np.zeros((n, len(grid)))
+        correct_at = np.zeros((n, len(grid)))
+        where = {level: j for j, level in enumerate(grid)}
+        for i, confidence, y in self.scored:
+            rows_at[i, where[confidence]] += 1
+            correct_at[i, where[confidence]] += y
+        return rows_at, correct_at
+
+
+# --- statistics of one (model, dataset, policy) block ------------------------------------------
+
+Totals = Mapping[str, np.ndarray]
+Fn = Callable[[Totals], np.ndarray]
+
+
+class _Block:
+    """Columns, shared derived totals and output rows (specs) of one bootstrap block."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, np.ndarray] = {}
+        self.derived: dict[str, Fn] = {}
+        self.specs: list[tuple[str, str, Fn, Fn, str, bool]] = []
+
+    def add(
+        self, metric: str, condition: str, stat: Fn, size: Fn, reason: str, count: bool = False
+    ) -> None:
+        """One output row: ``stat`` of the totals; ``size`` gives its n; ``reason`` says
+        why it is NaN when it is. A ``count`` is 0 (not NaN) over an empty base, and then
+        carries the reason too."""
+        self.specs.append((metric, condition, stat, size, reason, count))
+
+    def run(
+        self, counts: np.ndarray, confidence_level: float, head: Mapping[str, str]
+    ) -> list[dict[str, Any]]:
+        stats = {str(j): spec[2] for j, spec in enumerate(self.specs)}
+        results = bootstrap_totals(
+            self.columns, stats, counts, confidence_level, derived=self.derived
+        )
+        # The point totals again (R = 1), for each row's n.
+        point: dict[str, np.ndarray] = {
+            k: np.asarray(v, dtype=float).sum(axis=0, keepdims=True)
+            for k, v in self.columns.items()
+        }
+        for name, make in self.derived.items():
+            point[name] = make(point)
+        out = []
+        for j, (metric, condition, _, size, reason_if_nan, count) in enumerate(self.specs):
+            interval = results[str(j)]
+            value, low, high, reason = interval.value, interval.low, interval.high, None
+            n = int(round(float(np.asarray(size(point)).reshape(-1)[0])))
+            if count and n == 0:
+                reason = reason_if_nan
+            elif not math.isfinite(value):
+                value, low, high, reason = math.nan, math.nan, math.nan, reason_if_nan
+            elif not (math.isfinite(low) and math.isfinite(high)):
+                reason = _CI_UNDEFINED
+            out.append(
+                {
+                    **head,
+                    "condition": condition,
+                    "metric": metric,
+                    "value": value,
+                    "ci_low": low,
+                    "ci_high": high,
+                    "n": n,
+                    "reason": reason,
+                }
+            )
+        return out
+
+
+def _rate(num: str, den: str) -> Fn:
+    return lambda t: ratio(t[num], t[den])
+
+
+def _total(name: str) -> Fn:
+    return lambda t: np.asarray(t[name], dtype=float)
+
+
+def _nan_like(name: str) -> Fn:
+    return lambda t: np.full(np.shape(t[name]), np.nan)
+
+
+def _pooled(keys: Sequence[str]) -> Fn:
+    def pooled(t: Totals) -> np.ndarray:
+        out = t[keys[0]].copy()
+        for key in keys[1:]:
+            out += t[key]
+        return out
+
+    return pooled
+
+
+def _positive(x: np.ndarray) -> np.ndarray:
+    """NaN where x is 0 (a zero Q100 answer rate cannot normalise)."""
+    return np.where(x > 0, x, np.nan)
+
+
+def _block(
+    cells: Mapping[str, _Cell],
+    capability: np.ndarray | None,
+    eligible: np.ndarray,
+    ece_bins: Sequence[int],
+    n: int,
+) -> _Block:
+    block = _Block()
+    cols, add = block.columns, block.add
+
+    for c, cell in cells.items():
+        for column in ("present", "answered", "abstained", "failed", "em", "f1"):
+            cols[f"{c}.{column}"] = getattr(cell, column)
+        present = _total(f"{c}.present")
+        for metric, column in (
+            ("answer_rate", "answered"),
+            ("abstain_rate", "abstained"),
+            ("parse_failed_rate", "failed"),
+            ("em", "em"),
+            ("f1", "f1"),
+        ):
+            add(metric, c, _rate(f"{c}.{column}", f"{c}.present"), present, _NO_ROWS)
+        if c in M.SHOULD_ANSWER:
+            if capability is None:
+                add("fac", c, _nan_like(f"{c}.present"), lambda t: 0, _NO_P1)
+            else:
+                cols[f"{c}.cap"] = cell.present * capability
+                cols[f"{c}.cap_abstained"] = cell.abstained * capability
+                fac = _rate(f"{c}.cap_abstained", f"{c}.cap")
+                add("fac", c, fac, _total(f"{c}.cap"), _EMPTY_CAP)
+        if c == "QC":
+            add("qc_answered", c, _total("QC.answered"), present, _NO_QC, count=True)
+            answered = _total("QC.answered")
+            for category in M.QC_CATEGORIES:
+                cols[f"QC.{category}"] = cell.category[category]
+                count = _total(f"QC.{category}")
+                add(f"qc_{category}", c, count, answered, _NO_ANSWERED, count=True)
+                share = _rate(f"QC.{category}", "QC.answered")
+                add(f"qc_{category}_share", c, share, answered, _NO_ANSWERED)
+
+    # AURC / ECE per condition and pooled over the block's conditions (Table 10), all on
+    # one grid: the confidence levels any of the block's cells uses, descending. A level a
+    # cell does not use is a zero column (no rows there), which changes neither metric.
+    grid = np.array(
+        sorted({x for cell in cells.values() for x in cell.grid()}, reverse=True), dtype=float
+    )
+    groups: list[tuple[str, str, str]] = []
+    for c, cell in cells.items():
+        cols[f"{c}.N"], cols[f"{c}.C"] = cell.levels(grid, n)
+        groups.append((c, f"{c}.N", f"{c}.C"))
+    if cells:
+        block.derived["all.N"] = _pooled([f"{c}.N" for c in cells])
+        block.derived["all.C"] = _pooled([f"{c}.C" for c in cells])
+        groups.append((ALL, "all.N", "all.C"))
+    for label, rows_at, correct_at in groups:
+
+        def size(t: Totals, key: str = rows_at) -> np.ndarray:
+            return t[key].sum(axis=-1)
+
+        def aurc(t: Totals, r: str = rows_at, k: str = correct_at) -> np.ndarray:
+            return M.aurc_from_levels(t[r], t[k])
+
+        add("aurc", label, aurc, size, _NO_SCORED)
+        for bins in ece_bins:
+
+            def ece(
+                t: Totals, r: str = rows_at, k: str = correct_at, g=grid, b: int = bins
+            ) -> np.ndarray:
+                return M.ece_from_levels(g, t[r], t[k], b)
+
+            add(ece_metric(bins), label, ece, size, _NO_SCORED)
+
+    # HwSA on the paired QC-eligible subset, and QC - Q0 (Table 1, Table 7).
+    if "Q0" in cells and "QC" in cells:
+        pair = cells["Q0"].present * cells["QC"].present
+        cols["pair"] = pair
+        cols["pair.Q0"] = pair * cells["Q0"].answered
+        cols["pair.QC"] = pair * cells["QC"].answered
+        size = _total("pair")
+        add("hwsa", "Q0", _rate("pair.Q0", "pair"), size, _NO_PAIR)
+        add("hwsa", "QC", _rate("pair.QC", "pair"), size, _NO_PAIR)
+        add(
+            "hwsa_diff",
+            DIFF,
+            lambda t: ratio(t["pair.QC"] - t["pair.Q0"], t["pair"]),
+            size,
+            _NO_PAIR,
+        )
+
+    # Section 6: QC HwSA normalised by the Q100 answer rate (all questions).
+    if "QC" in cells and "Q100" in cells:
+        add(
+            "normalised_hwsa",
+            "QC",
+            lambda t: ratio(
+                ratio(t["QC.answered"], t["QC.present"]),
+                _positive(ratio(t["Q100.answered"], t["Q100.present"])),
+            ),
+            _total("QC.present"),
+            _NO_NORMALISE,
+        )
+
+    # Section 6 selection bias: Q100 EM on QC-eligible vs excluded questions.
+    if "Q100" in cells:
+        q100 = cells["Q100"]
+        cols["elig"] = q100.present * eligible
+        cols["elig.em"] = q100.em * eligible
+        cols["excl"] = q100.present * (1 - eligible)
+        cols["excl.em"] = q100.em * (1 - eligible)
+        add("em_eligible", "Q100", _rate("elig.em", "elig"), _total("elig"), _NO_ELIGIBLE)
+        add("em_excluded", "Q100", _rate("excl.em", "excl"), _total("excl"), _NO_EXCLUDED)
+        add(
+            "em_gap",
+            "Q100",
+            lambda t: ratio(t["elig.em"], t["elig"]) - ratio(t["excl.em"], t["excl"]),
+            lambda t: t["elig"] + t["excl"],
+            f"{_NO_ELIGIBLE}, or {_NO_EXCLUDED}",
+        )
+    return block
+
+
+def _policy_sort_key(policy: str) -> tuple[int, str]:
+    return (POLICY_ORDER.index(policy) if policy in POLICY_ORDER else len(POLICY_ORDER), policy)
+
+
+def dataset_seed(seed: int, dataset: str) -> tuple[int, int]:
+    """The bootstrap seed of one dataset: (config seed, CRC-32 of the dataset name)."""
+    return (int(seed), zlib.crc32(dataset.encode("utf-8")))
+
+
+def evaluate_dataset(
+    dataset: str,
+    decisions: Mapping[tuple[str, str, str], Sequence[Mapping[str, Any]]],
+    contexts: Mapping[str, Sequence[Mapping[str, Any]]],
+    *,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 42,
+    confidence_level: float = CONFIDENCE_LEVEL,
+    ece_bins: Sequence[int] = DEFAULT_ECE_BINS,
+    counts: np.ndarray | None = None,
+) -> list[dict[str, Any]]:
+    """Tidy metric rows of one dataset. ``decisions``: (model, condition, policy) -> rows;
+    ``contexts``: condition -> context rows. ``counts`` overrides the resample matrix
+    (tests)."""
+    ds = _Dataset(dataset, contexts)
+    if counts is None:
+        counts = resample_counts(ds.n, n_resamples, dataset_seed(seed, dataset), dtype=np.float32)
+    elif counts.shape[1] != ds.n:
+        raise ValueError(f"counts has {counts.shape[1]} columns, dataset has {ds.n} questions")
+    by_model: dict[str, dict[str, dict[str, _Cell]]] = {}
+    for (model, condition, policy), rows in decisions.items():
+        if condition not in CONDITIONS:
+            raise DataError(f"cell {model}/{dataset}/{condition}/{policy}: unknown condition")
+        indexed = ds.cell((model, dataset, condition, policy), rows)
+        by_model.setdefault(model, {}).setdefault(policy, {})[condition] = _Cell(
+            ds, condition, indexed
+        )
+    out: list[dict[str, Any]] = []
+    for model in sorted(by_model):
+        policies = by_model[model]
+        capability = None
+        p1_q100 = policies.get("P1", {}).get("Q100")
+        if p1_q100 is not None:
+            capability = p1_q100.em * p1_q100.answered  # EM is 0 unless answered
+        for policy in sorted(policies, key=_policy_sort_key):
+            cells = {c: policies[policy][c] for c in CONDITIONS if c in policies[policy]}
+            block = _block(cells, capability, ds.eligible.astype(float), ece_bins, ds.n)
+            head = {"model": model, "dataset": dataset, "policy": policy}
+            out.extend(block.run(counts, confidence_level, head))
+        out.extend(_mean_block(model, dataset, policies, counts, confidence_level))
+    return out
+
+
+def _mean_block(
+    model: str,
+    dataset: str,
+    policies: Mapping[str, Mapping[str, _Cell]],
+    counts: np.ndarray,
+    confidence_level: float,
+) -> list[dict[str, Any]]:
+    """Policy-mean HwSA@QC, Ans@Q100 and their ratio (section 6's normalised HwSA)."""
+    chosen = [p for p in policies if "QC" in policies[p] and "Q100" in policies[p]]
+    if not chosen:
+        return []
+    qc = [policies[p]["QC"] for p in chosen]
+    q100 = [policies[p]["Q100"] for p in chosen]
+    # Complete cells (checked in _Dataset.cell) share one question set per condition, so the
+    # mean over policies of the rates is the rate of the mean answered column.
+    block = _Block()
+    block.columns.update(
+        {
+            "qc.answered": np.mean([c.answered for c in qc], axis=0),
+            "qc.present": qc[0].present,
+            "q100.answered": np.mean([c.answered for c in q100], axis=0),
+            "q100.present": q100[0].present,
+        }
+    )
+    hwsa_qc = _rate("qc.answered", "qc.present")
+    ans_q100 = _rate("q100.answered", "q100.present")
+    block.add("hwsa", "QC", hwsa_qc, _total("qc.present"), _NO_QC)
+    block.add("answer_rate", "Q100", ans_q100, _total("q100.present"), _NO_ROWS)
+    block.add(
+        "normalised_hwsa",
+        "QC",
+        lambda t: ratio(hwsa_qc(t), _positive(ans_q100(t))),
+        _total("qc.present"),
+        _NO_NORMALISE,
+    )
+    head = {"model": model, "dataset": dataset, "policy": MEAN_POLICY}
+    return block.run(counts, confidence_level, head)
+
+
+def evaluate(
+    decisions: Mapping[CellKey, Sequence[Mapping[str, Any]]],
+    contexts: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]],
+    *,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 42,
+    confidence_level: float = CONFIDENCE_LEVEL,
+    ece_bins: Sequence[int] = DEFAULT_ECE_BINS,
+) -> list[dict[str, Any]]:
+    """The tidy metric table (rows with :data:`COLUMNS`) of every cell in ``decisions``.
+
+    ``decisions``: (model, dataset, condition, policy) -> decision rows;
+    ``contexts``: (dataset, condition) -> context rows. Each dataset is evaluated with
+    :func:`evaluate_dataset` (its own resample matrix).
+    """
+    datasets = sorted({key[1] for key in decisions})
+    out: list[dict[str, Any]] = []
+    for dataset in datasets:
+        cells = {
+            (model, condition, policy): rows
+            for (model, d, condition, policy), rows in decisions.items()
+            if d == dataset
+        }
+        ctx = {condition: rows for (d, condition), rows in contexts.items() if d == dataset}
+        if not ctx:
+            raise DataError(f"no context rows for dataset {dataset}")
+        out.extend(
+            evaluate_dataset(
+                dataset,
+                cells,
+                ctx,
+                n_resamples=n_resamples,
+                seed=seed,
+                confidence_level=confidence_level,
+                ece_bins=ece_bins,
+            )
+        )
+    return out

@@ -1,0 +1,200 @@
+"""The paper's figures (PDF + PNG): one colour per policy everywhere, labelled axes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on a cluster node
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .io import atomic_write  # noqa: E402
+
+POLICY_COLOURS = {
+    "P0": "#4c72b0",
+    "P1": "#dd8452",
+    "P2": "#55a868",
+    "P3": "#c44e52",
+    "P4": "#8172b3",
+}
+POLICY_NAMES = {
+    "P0": "P0 (none)",
+    "P1": "P1 (IDK)",
+    "P2": "P2 (CoT)",
+    "P3": "P3 (conflict)",
+    "P4": "P4 (NLI)",
+}
+CONDITIONS = ("Q100", "Q50", "Q0", "QC")
+SHOULD_ABSTAIN = ("Q0", "QC")
+FIGURES = ("abstention_by_condition", "p3_sweep", "risk_coverage", "reliability", "qc_breakdown")
+
+
+def save(fig: Any, stem: str | Path) -> None:
+    """Write stem.pdf and stem.png atomically."""
+    stem = Path(stem)
+    for suffix in (".pdf", ".png"):
+        with atomic_write(stem.with_suffix(suffix), "wb") as handle:
+            fig.savefig(handle, format=suffix[1:], dpi=150, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _grid(cells: Sequence[tuple[str, str]], width: float = 3.6, height: float = 3.0):
+    models = sorted({m for m, _ in cells})
+    datasets = sorted({d for _, d in cells})
+    fig, axes = plt.subplots(
+        len(datasets),
+        len(models),
+        figsize=(width * len(models), height * len(datasets)),
+        squeeze=False,
+        sharey=True,
+    )
+    return fig, axes, models, datasets
+
+
+def abstention_by_condition(metrics: pd.DataFrame) -> Any:
+    """Figure 2: abstention rate by condition, one line per policy with 95% CI bands;
+    should-abstain conditions shaded; one panel per model (rows: datasets)."""
+    rates = metrics[(metrics.metric == "abstain_rate") & metrics.condition.isin(CONDITIONS)]
+    cells = sorted(set(zip(rates.model, rates.dataset, strict=True)))
+    fig, axes, models, datasets = _grid(cells)
+    x = range(len(CONDITIONS))
+    for i, dataset in enumerate(datasets):
+        for j, model in enumerate(models):
+            ax = axes[i][j]
+            ax.axvspan(1.5, 3.5, color="0.92", zorder=0, label="should abstain")
+            cell = rates[(rates.model == model) & (rates.dataset == dataset)]
+            for policy, colour in POLICY_COLOURS.items():
+                rows = cell[cell.policy == policy].set_index("condition").reindex(CONDITIONS)
+                if rows["value"].isna().all():
+                    continue
+                ax.plot(
+                    x, 100 * rows["value"], marker="o", color=colour, label=POLICY_NAMES[policy]
+                )
+                ax.fill_between(
+                    x,
+                    100 * rows["ci_low"].astype(float),
+                    100 * rows["ci_high"].astype(float),
+                    color=colour,
+                    alpha=0.15,
+                )
+            ax.set_xticks(list(x), CONDITIONS)
+            ax.set_ylim(-2, 102)
+            ax.set_title(f"{model} / {dataset}", fontsize=9)
+            ax.set_xlabel("context condition")
+            if j == 0:
+                ax.set_ylabel("abstention rate (%)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=6, fontsize=8, bbox_to_anchor=(0.5, -0.06))
+    fig.suptitle("Abstention by context condition (95% bootstrap CI)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def p3_sweep_figure(sweep: pd.DataFrame, cutoff: float = 50) -> Any:
+    """P3's HwSA@QC, FAC@Q100 and Ans@Q100 against the F1 threshold (macro average)."""
+    chosen = sweep[sweep.cutoff == cutoff].groupby("threshold").mean(numeric_only=True)
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for column, label, style in (
+        ("hwsa_qc", "HwSA@QC", "-o"),
+        ("fac_q100", "FAC@Q100", "-s"),
+        ("ans_q100", "Ans@Q100", "-^"),
+    ):
+        if column in chosen:
+            ax.plot(chosen.index, 100 * chosen[column], style, label=label)
+    ax.axvline(0.8, color="0.6", linestyle=":", label="threshold used (0.8)")
+    ax.set_xlabel("P3 F1 agreement threshold")
+    ax.set_ylabel("rate (%)")
+    ax.set_ylim(-2, 102)
+    ax.set_title(f"P3 threshold sweep (confidence cutoff {cutoff:g})", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def risk_coverage_figure(
+    curves: Mapping[tuple[str, str, str], tuple[Sequence[float], Sequence[float]]],
+) -> Any:
+    """Risk-coverage curves per model x dataset, one line per policy (all conditions)."""
+    cells = sorted({(m, d) for m, d, _ in curves})
+    fig, axes, models, datasets = _grid(cells)
+    for (model, dataset, policy), (coverage, risk) in sorted(curves.items()):
+        ax = axes[datasets.index(dataset)][models.index(model)]
+        if len(coverage):
+            ax.plot(coverage, risk, color=POLICY_COLOURS[policy], label=POLICY_NAMES[policy])
+    for i, dataset in enumerate(datasets):
+        for j, model in enumerate(models):
+            ax = axes[i][j]
+            ax.set_title(f"{model} / {dataset}", fontsize=9)
+            ax.set_xlabel("coverage")
+            ax.set_xlim(0, 1)
+            ax.set_ylim(-0.02, 1.02)
+            if j == 0:
+                ax.set_ylabel("risk (1 - accuracy)")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Risk-coverage (area under the curve = AURC)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def reliability_figure(bins: Mapping[str, Sequence[Mapping[str, float]]]) -> Any:
+    """Reliability diagrams: accuracy per confidence bin, one panel per policy."""
+    policies = [p for p in POLICY_COLOURS if p in bins]
+    fig, axes = plt.subplots(
+        1,
+        max(1, len(policies)),
+        figsize=(3 * max(1, len(policies)), 3.2),
+        squeeze=False,
+        sharey=True,
+    )
+    for ax, policy in zip(axes[0], policies, strict=False):
+        rows = [b for b in bins[policy] if b["n"] and not math.isnan(b["accuracy"])]
+        ax.plot([0, 1], [0, 1], color="0.6", linestyle=":", label="perfect calibration")
+        ax.bar(
+            [b["mid"] for b in rows],
+            [b["accuracy"] for b in rows],
+            width=0.09,
+            color=POLICY_COLOURS[policy],
+            alpha=0.8,
+            label="accuracy",
+        )
+        ax.set_title(POLICY_NAMES[policy], fontsize=9)
+        ax.set_xlabel("confidence (bin midpoint)")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1.02)
+    axes[0][0].set_ylabel("fraction correct")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Reliability (10 bins, all models, datasets and conditions)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def qc_breakdown_figure(metrics: pd.DataFrame) -> Any:
+    """Answered QC rows split into echo / hallucination / correct override, per policy."""
+    qc = metrics[metrics.condition == "QC"]
+    counts = qc[qc.metric.isin(["qc_echo", "qc_hallucination", "qc_override"])]
+    table = counts.pivot_table(
+        index=["model", "policy"], columns="metric", values="value", aggfunc="sum"
+    ).fillna(0)
+    fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(table) + 2), 3.6))
+    labels = [f"{m}\n{p}" for m, p in table.index]
+    bottom = [0.0] * len(table)
+    parts = (
+        ("qc_echo", "echo (planted entity)", "#c44e52"),
+        ("qc_hallucination", "hallucination", "#8c8c8c"),
+        ("qc_override", "correct override", "#55a868"),
+    )
+    for column, label, colour in parts:
+        values = list(table[column]) if column in table else [0.0] * len(table)
+        ax.bar(labels, values, bottom=bottom, label=label, color=colour)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.set_ylabel("answered QC rows (all datasets)")
+    ax.set_title("What models say when they answer under misleading context", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,319 @@
+"""The paper's tables from the tidy metric table (one row per model x dataset x policy x
+condition x metric with its bootstrap CI), written as CSV + Markdown + LaTeX.
+
+Numbers are percentages with one decimal, as in the paper; CIs are "[low, high]". The
+CSV keeps the same formatted cells, so the three files show one table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .io import atomic_write
+from .metrics import capability_set, decision_rate
+from .policies import SWEEP_CUTOFFS, SWEEP_THRESHOLDS, p3_sweep_decisions
+
+POLICIES = ("P0", "P1", "P2", "P3", "P4")
+
+
+def pct(value: float) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{100 * value:.1f}"
+
+
+def pct_ci(value: float, low: float, high: float, signed: bool = False) -> str:
+    if value is None or math.isnan(value):
+        return "n/a"
+    sign = "+" if signed else ""
+    ci = (
+        ""
+        if math.isnan(low) or math.isnan(high)
+        else (f" [{100 * low:{sign}.1f}, {100 * high:{sign}.1f}]")
+    )
+    return f"{100 * value:{sign}.1f}{ci}"
+
+
+def _lookup(metrics: pd.DataFrame) -> Callable[..., pd.Series | None]:
+    index = {
+        (r.model, r.dataset, r.policy, r.condition, r.metric): r
+        for r in metrics.itertuples(index=False)
+    }
+
+    def get(model: str, dataset: str, policy: str, condition: str, metric: str):
+        return index.get((model, dataset, policy, condition, metric))
+
+    return get
+
+
+def _cells(metrics: pd.DataFrame) -> list[tuple[str, str]]:
+    pairs = metrics[["model", "dataset"]].drop_duplicates()
+    return sorted(map(tuple, pairs.to_numpy()))
+
+
+def _policies(metrics: pd.DataFrame) -> list[str]:
+    return [p for p in POLICIES if p in set(metrics["policy"])]
+
+
+def _value(row: Any) -> float:
+    return float("nan") if row is None else float(row.value)
+
+
+def table_hwsa(metrics: pd.DataFrame, with_ci: bool) -> pd.DataFrame:
+    """Table 1 (with_ci False) and Table 7: HwSA at Q0 vs QC on paired QC-eligible questions."""
+    get = _lookup(metrics)
+    out = []
+    for model, dataset in _cells(metrics):
+        for policy in _policies(metrics):
+            q0, qc = (
+                get(model, dataset, policy, "Q0", "hwsa"),
+                get(model, dataset, policy, "QC", "hwsa"),
+            )
+            diff = get(model, dataset, policy, "QC-Q0", "hwsa_diff")
+            row = {
+                "model": model,
+                "dataset": dataset,
+                "policy": policy,
+                "n": int(qc.n) if qc is not None else 0,
+            }
+            if with_ci:
+                row["HwSA(Q0) [95% CI]"] = pct_ci(*_triple(q0))
+                row["HwSA(QC) [95% CI]"] = pct_ci(*_triple(qc))
+            else:
+                row["HwSA_Q0"], row["HwSA_QC"] = pct(_value(q0)), pct(_value(qc))
+            row["Delta [95% CI]"] = pct_ci(*_triple(diff), signed=True)
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def _triple(row: Any) -> tuple[float, float, float]:
+    if row is None:
+        return (float("nan"),) * 3
+    return float(row.value), float(row.ci_low), float(row.ci_high)
+
+
+def _macro(metrics: pd.DataFrame, policy: str, condition: str, metric: str) -> float:
+    """Mean over model x dataset cells (the paper's macro average), NaN cells left out."""
+    chosen = metrics[
+        (metrics.policy == policy) & (metrics.condition == condition) & (metrics.metric == metric)
+    ]["value"].astype(float)
+    chosen = chosen[~chosen.isna()]
+    return float(chosen.mean()) if len(chosen) else float("nan")
+
+
+def table_policy_comparison(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Table 2: policies macro-averaged over the model x dataset cells."""
+    names = {
+        "P0": "P0 (none)",
+        "P1": "P1 (IDK)",
+        "P2": "P2 (CoT)",
+        "P3": "P3 (conflict)",
+        "P4": "P4 (NLI)",
+    }
+    rows = []
+    for policy in _policies(metrics):
+        rows.append(
+            {
+                "Policy": names[policy],
+                "HwSA_QC (lower safer)": pct(_macro(metrics, policy, "QC", "hwsa")),
+                "FAC_Q100 (lower better)": pct(_macro(metrics, policy, "Q100", "fac")),
+                "Ans_Q100 (higher better)": pct(_macro(metrics, policy, "Q100", "answer_rate")),
+                "FAC_Q50 (lower better)": pct(_macro(metrics, policy, "Q50", "fac")),
+                "Ans_Q50 (higher better)": pct(_macro(metrics, policy, "Q50", "answer_rate")),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def table_fac(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Table 8: FAC and answer rates per cell with CIs."""
+    get = _lookup(metrics)
+    rows = []
+    for model, dataset in _cells(metrics):
+        for policy in _policies(metrics):
+            fac = get(model, dataset, policy, "Q100", "fac")
+            rows.append(
+                {
+                    "model": model,
+                    "dataset": dataset,
+                    "policy": policy,
+                    "n capable": int(fac.n) if fac is not None else 0,
+                    "FAC(Q100)": pct_ci(*_triple(fac)),
+                    "FAC(Q50)": pct_ci(*_triple(get(model, dataset, policy, "Q50", "fac"))),
+                    "Ans(Q100)": pct_ci(
+                        *_triple(get(model, dataset, policy, "Q100", "answer_rate"))
+                    ),
+                    "Ans(Q50)": pct_ci(*_triple(get(model, dataset, policy, "Q50", "answer_rate"))),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def table_qc_sources(metrics: pd.DataFrame, per_cell: bool) -> pd.DataFrame:
+    """Table 9 (per cell) and Table 3 (per model, pooled over datasets and policies)."""
+    qc = metrics[metrics.condition == "QC"]
+    counts = qc[qc.metric.isin(["qc_answered", "qc_echo", "qc_override", "qc_hallucination"])]
+    keys = ["model", "dataset", "policy"] if per_cell else ["model"]
+    pooled = counts.pivot_table(index=keys, columns="metric", values="value", aggfunc="sum")
+    get = _lookup(metrics)
+    rows = []
+    groups = list(pooled.iterrows())
+    if not per_cell and groups:
+        groups.append((("All",), pooled.sum()))
+    for key, sums in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        answered = float(sums.get("qc_answered", 0.0))
+        row = dict(zip(keys if key[0] != "All" else ["model"], key, strict=False))
+        if per_cell:
+            hwsa = get(*key, "QC", "answer_rate")
+            row["n"] = int(hwsa.n) if hwsa is not None else 0
+            row["Ans %"] = pct(_value(hwsa))
+        else:
+            row["Ans."] = int(answered)
+        for label, metric in (
+            ("Correct %", "qc_override"),
+            ("Echoed %", "qc_echo"),
+            ("Halluc. %", "qc_hallucination"),
+        ):
+            row[label] = pct(float(sums.get(metric, 0.0)) / answered) if answered else "n/a"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def table_aurc(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Table 10: AURC over all conditions per cell and policy, with the mean row."""
+    chosen = metrics[(metrics.metric == "aurc") & (metrics.condition == "all")]
+    wide = chosen.pivot_table(index=["model", "dataset"], columns="policy", values="value")
+    wide = wide[[p for p in POLICIES if p in wide.columns]]
+    wide.loc[("Mean", ""), :] = wide.mean()
+    return wide.round(3).reset_index()
+
+
+def table_ece(metrics: pd.DataFrame, metric: str = "ece") -> pd.DataFrame:
+    """Table 11: ECE averaged across models and datasets, by policy and condition."""
+    chosen = metrics[
+        (metrics.metric == metric) & metrics.condition.isin(["Q100", "Q50", "Q0", "QC"])
+    ]
+    wide = chosen.pivot_table(index="policy", columns="condition", values="value", aggfunc="mean")
+    wide = wide[[c for c in ("Q100", "Q50", "Q0", "QC") if c in wide.columns]]
+    return wide.round(3).reset_index()
+
+
+def table_metric_by_cell(
+    metrics: pd.DataFrame, metric: str, condition: str, label: str
+) -> pd.DataFrame:
+    get = _lookup(metrics)
+    rows = []
+    for model, dataset in _cells(metrics):
+        for policy in [*_policies(metrics), "mean"]:
+            row = get(model, dataset, policy, condition, metric)
+            if row is None:
+                continue
+            rows.append(
+                {
+                    "model": model,
+                    "dataset": dataset,
+                    "policy": policy,
+                    label: pct_ci(*_triple(row)),
+                    "n": int(row.n),
+                    "note": row.reason if isinstance(row.reason, str) else "",
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def table_selection_bias(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Section 6: Q100 EM on QC-eligible vs excluded questions, per cell and policy."""
+    get = _lookup(metrics)
+    rows = []
+    for model, dataset in _cells(metrics):
+        for policy in _policies(metrics):
+            eligible = get(model, dataset, policy, "Q100", "em_eligible")
+            excluded = get(model, dataset, policy, "Q100", "em_excluded")
+            gap = get(model, dataset, policy, "Q100", "em_gap")
+            rows.append(
+                {
+                    "model": model,
+                    "dataset": dataset,
+                    "policy": policy,
+                    "EM eligible": pct_ci(*_triple(eligible)),
+                    "EM excluded": pct_ci(*_triple(excluded)),
+                    "gap": pct_ci(*_triple(gap), signed=True),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def p3_sweep_rows(
+    p1: Mapping[str, Sequence[dict]],
+    cb: Sequence[dict],
+    p1_q100_decisions: Sequence[dict],
+    gold: Mapping[str, Sequence[str]],
+) -> list[dict[str, Any]]:
+    """Table 12 inputs for one model x dataset: for every (threshold, cutoff), HwSA at QC,
+    FAC at Q100 (on the P1 capability set) and the Q100 answer rate, from stored outputs."""
+    capability = capability_set(p1_q100_decisions, gold)
+    sweeps = {condition: p3_sweep_decisions(rows, cb) for condition, rows in p1.items()}
+    out = []
+    for threshold in SWEEP_THRESHOLDS:
+        for cutoff in SWEEP_CUTOFFS:
+            row = {"threshold": threshold, "cutoff": cutoff}
+            if "QC" in sweeps:
+                row["hwsa_qc"] = float(decision_rate(sweeps["QC"][(threshold, cutoff)], "answer"))
+            if "Q100" in sweeps:
+                decisions = sweeps["Q100"][(threshold, cutoff)]
+                row["ans_q100"] = float(decision_rate(decisions, "answer"))
+                row["fac_q100"] = (
+                    float(decision_rate(decisions, "abstain", capability))
+                    if capability
+                    else float("nan")
+                )
+            out.append(row)
+    return out
+
+
+def table_p3_sweep(sweep: pd.DataFrame, cutoff: float = 50) -> pd.DataFrame:
+    """Table 12: macro averages over cells at the paper's cutoff."""
+    chosen = sweep[sweep.cutoff == cutoff]
+    grouped = chosen.groupby("threshold")[["hwsa_qc", "fac_q100", "ans_q100"]].mean()
+    return pd.DataFrame(
+        {
+            "F1": grouped.index,
+            "HwSA_QC (lower safer)": [pct(v) for v in grouped["hwsa_qc"]],
+            "FAC_Q100 (lower better)": [pct(v) for v in grouped["fac_q100"]],
+            "Q100 Ans (higher better)": [pct(v) for v in grouped["ans_q100"]],
+        }
+    )
+
+
+def table_parse_failures(reports: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    rows = []
+    for report in reports:
+        for cell, stats in report["cells"].items():
+            rows.append(
+                {
+                    "model": report["model"],
+                    "dataset": report["dataset"],
+                    "cell": cell,
+                    "rows": stats["rows"],
+                    **stats["parse_status"],
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def write_table(table: pd.DataFrame, stem: str | Path, caption: str) -> list[Path]:
+    """CSV + Markdown + LaTeX of one table; returns the three paths."""
+    stem = Path(stem)
+    paths = [stem.with_suffix(".csv"), stem.with_suffix(".md"), stem.with_suffix(".tex")]
+    with atomic_write(paths[0]) as handle:
+        table.to_csv(handle, index=False)
+    with atomic_write(paths[1]) as handle:
+        body = table.to_markdown(index=False) if len(table) else "(no rows)"
+        handle.write(f"{caption}\n\n{body}\n")
+    with atomic_write(paths[2]) as handle:
+        handle.write(table.to_latex(index=False, caption=caption, escape=True))
+    return paths

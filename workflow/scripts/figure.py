@@ -1,0 +1,55 @@
+"""Rule figure: one of the paper's figures as PDF + PNG."""
+
+from collections import defaultdict
+from pathlib import Path
+
+import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+import pandas as pd
+
+from grabrag import figures as f
+from grabrag.io import read_jsonl
+from grabrag.metrics import confidence_and_correct, reliability_bins, risk_coverage
+from grabrag.runner import run_rule
+
+
+def _scored(smk):
+    """(model, dataset, policy) -> pooled (confidence, correct) over the conditions."""
+    gold = {}
+    for path in map(Path, smk.input.contexts):
+        gold[(path.parent.name, path.stem)] = {r["qid"]: r["answers"] for r in read_jsonl(path)}
+    pooled = defaultdict(lambda: ([], []))
+    for path in map(Path, smk.input.decisions):
+        model, dataset, condition = path.parents[2].name, path.parents[1].name, path.parent.name
+        conf, correct = confidence_and_correct(
+            read_jsonl(path), gold[(dataset, condition)], condition
+        )
+        pooled[(model, dataset, path.stem)][0].extend(conf)
+        pooled[(model, dataset, path.stem)][1].extend(correct)
+    return pooled
+
+
+def main(smk):
+    figure = smk.wildcards.figure
+    metrics = pd.concat([pd.read_csv(p) for p in smk.input.metrics], ignore_index=True)
+    if figure == "abstention_by_condition":
+        fig = f.abstention_by_condition(metrics)
+    elif figure == "qc_breakdown":
+        fig = f.qc_breakdown_figure(metrics)
+    elif figure == "p3_sweep":
+        fig = f.p3_sweep_figure(pd.concat([pd.read_csv(p) for p in smk.input.sweeps]))
+    elif figure == "risk_coverage":
+        fig = f.risk_coverage_figure(
+            {key: risk_coverage(*pair) for key, pair in _scored(smk).items()}
+        )
+    else:  # reliability
+        by_policy = defaultdict(lambda: ([], []))
+        for (_, _, policy), (conf, correct) in _scored(smk).items():
+            by_policy[policy][0].extend(conf)
+            by_policy[policy][1].extend(correct)
+        fig = f.reliability_figure(
+            {policy: reliability_bins(*pair) for policy, pair in by_policy.items()}
+        )
+    f.save(fig, Path(smk.output.pdf).with_suffix(""))
+
+
+run_rule(snakemake, main)  # noqa: F821
