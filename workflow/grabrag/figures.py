@@ -39,7 +39,9 @@ def save(fig: Any, stem: str | Path) -> None:
     stem = Path(stem)
     for suffix in (".pdf", ".png"):
         with atomic_write(stem.with_suffix(suffix), "wb") as handle:
-            fig.savefig(handle, format=suffix[1:], dpi=150, bbox_inches="tight")
+            # No creation date in the PDF: two runs give byte-identical files.
+            metadata = {"CreationDate": None} if suffix == ".pdf" else None
+            fig.savefig(handle, format=suffix[1:], dpi=150, bbox_inches="tight", metadata=metadata)
     plt.close(fig)
 
 
