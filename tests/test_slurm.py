@@ -1,0 +1,327 @@
+"""The tiny config through profiles/slurm on a real single-node SLURM.
+
+tests/slurm/slurm_up.sh starts munged, MariaDB, slurmdbd, slurmctld and slurmd (one fake GPU
+in gres.conf) under a temporary folder; the job status goes through `sacct`, the executor
+plugin's default. The daemons are stopped by pid afterwards whether the tests passed or not.
+Needs root and the Debian packages in APT_INSTALL: without them these tests fail, they are
+never skipped.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import math
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import REPO, snakemake_command
+from .test_workflow import _outputs, planned_jobs
+
+pytestmark = pytest.mark.integration
+
+SLURM_DIR = REPO / "tests" / "slurm"
+PROFILE = REPO / "profiles" / "slurm"
+APT_INSTALL = (
+    "apt-get update && apt-get install -y --no-install-recommends "
+    "slurmctld slurmd slurm-client slurmdbd munge mariadb-server"
+)
+REQUIRED_TOOLS = (
+    "munged",
+    "munge",
+    "unmunge",
+    "mungekey",
+    "runuser",
+    "mariadbd",
+    "mariadb",
+    "mariadb-install-db",
+    "slurmdbd",
+    "slurmctld",
+    "slurmd",
+    "sbatch",
+    "squeue",
+    "sacct",
+    "sacctmgr",
+    "scancel",
+    "sinfo",
+)
+# Status polling in seconds instead of the profile's cluster-friendly intervals; nothing else
+# differs from `snakemake --profile profiles/slurm`.
+FAST_POLLING = (
+    "--slurm-init-seconds-before-status-checks",
+    "2",
+    "--seconds-between-status-checks",
+    "2",
+    "--latency-wait",
+    "10",
+)
+# A wrong status setup makes snakemake wait forever: every run is bounded.
+UP_TIMEOUT = 240
+DOWN_TIMEOUT = 180
+RUN_TIMEOUT = 1800
+LOCK = Path(tempfile.gettempdir()) / "grabrag-slurm-test.lock"
+LOCK_TIMEOUT = 3600
+
+
+def _tail(text: str | bytes | None, n: int = 6000) -> str:
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return (text or "")[-n:]
+
+
+def _cluster_report(base: Path) -> str:
+    """Queue, accounting and daemon log tails: what a failure message needs."""
+    parts = []
+    for cmd in (["squeue"], ["sacct", "-X", "-a", "-o", "JobID,State,AllocTRES%60,Comment%80"]):
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+            parts.append(f"--- {' '.join(cmd)} ---\n{out.stdout}{out.stderr}")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            parts.append(f"--- {' '.join(cmd)} --- {exc}")
+    for log in sorted((base / "log").glob("*.log")):
+        parts.append(f"--- {log.name} ---\n{_tail(log.read_text(errors='replace'), 1500)}")
+    return "\n".join(parts)
+
+
+def _pids(base: Path) -> dict[str, int]:
+    pids = {}
+    for pidfile in (*base.glob("*.pid"), base / "db/run/mysqld.pid"):
+        if pidfile.is_file() and pidfile.read_text().strip().isdigit():
+            pids[pidfile.name] = int(pidfile.read_text().strip())
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(") ", 1)[1].startswith("Z"))
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A running single-node SLURM; yields its state folder. Stopped by pid at the end."""
+    missing = [tool for tool in REQUIRED_TOOLS if shutil.which(tool) is None]
+    if missing:
+        pytest.fail(
+            f"SLURM is not installed (missing: {', '.join(missing)}). The cluster test needs "
+            f"the Debian packages; install them as root with:\n    {APT_INSTALL}",
+            pytrace=False,
+        )
+    if os.geteuid() != 0:
+        pytest.fail("the SLURM test starts munged and the SLURM daemons: run it as root")
+    # One test cluster per machine at a time (ports and /etc/slurm are global).
+    lock = LOCK.open("w")
+    deadline = time.monotonic() + LOCK_TIMEOUT
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                pytest.fail(f"another SLURM test held {LOCK} for {LOCK_TIMEOUT} s")
+            time.sleep(2)
+    base = Path(tempfile.mkdtemp(prefix="grabrag-slurm-"))
+    base.chmod(0o755)  # mysql and munge read below it
+    started: dict[str, int] = {}
+    try:
+        up_log = base / "slurm_up.out"
+        with up_log.open("w") as out:
+            try:
+                proc = subprocess.run(
+                    ["bash", str(SLURM_DIR / "slurm_up.sh"), str(base)],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    timeout=UP_TIMEOUT,
+                )
+                returncode = proc.returncode
+            except subprocess.TimeoutExpired:
+                returncode = "timeout"
+        started = _pids(base)
+        if returncode != 0:
+            pytest.fail(
+                f"slurm_up.sh failed ({returncode}):\n{_tail(up_log.read_text())}\n"
+                f"{_cluster_report(base)}",
+                pytrace=False,
+            )
+        yield base
+    finally:
+        started.update(_pids(base))
+        try:
+            down = subprocess.run(
+                ["bash", str(SLURM_DIR / "slurm_down.sh"), str(base)],
+                capture_output=True,
+                text=True,
+                timeout=DOWN_TIMEOUT,
+            )
+            down_report = f"rc {down.returncode}\n{down.stdout}{down.stderr}"
+        except subprocess.TimeoutExpired as exc:
+            down, down_report = None, f"timed out after {DOWN_TIMEOUT} s\n{_tail(exc.stdout)}"
+        kept = tmp_path_factory.mktemp("slurm_daemon_logs")
+        for log in (base / "log", base / "slurm_up.out"):
+            if log.is_dir():
+                shutil.copytree(log, kept / log.name, dirs_exist_ok=True)
+            elif log.exists():
+                shutil.copy(log, kept)
+        survivors = {name: pid for name, pid in started.items() if _alive(pid)}
+        if not survivors:
+            shutil.rmtree(base, ignore_errors=True)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+        assert not survivors, (
+            f"daemons still running after slurm_down.sh: {survivors}\n{down_report}"
+        )
+        assert down is not None and down.returncode == 0, down_report
+
+
+def run_on_slurm(workdir: Path, base: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`snakemake --profile profiles/slurm` on the tiny config (as conftest.snakemake)."""
+    cmd = snakemake_command(workdir, "--profile", str(PROFILE), *FAST_POLLING, *args)
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT, cwd=REPO)
+    except subprocess.TimeoutExpired as exc:
+        report = _cluster_report(base)
+        # Our private cluster: cancel what the killed snakemake left queued or running.
+        subprocess.run(["scancel", "--user=root"], capture_output=True, timeout=30)
+        pytest.fail(
+            f"snakemake on SLURM did not finish in {RUN_TIMEOUT} s (a status query that never "
+            f"answers hangs it): {' '.join(cmd)}\n--- stdout ---\n{_tail(exc.stdout)}\n"
+            f"--- stderr ---\n{_tail(exc.stderr)}\n{report}",
+            pytrace=False,
+        )
+
+
+def slurm_jobs(output: str) -> list[dict[str, str]]:
+    """The SLURM jobs of one snakemake run (found by its run ID), as sacct reports them."""
+    match = re.search(r"SLURM run ID: (\S+)", output)
+    assert match, "no SLURM run ID in the snakemake output: was the slurm executor used?"
+    fields = ("JobIDRaw", "State", "AllocTRES", "Comment")
+    proc = subprocess.run(
+        ["sacct", "-X", "-P", "--noheader", "-S", "now-1days", "-E", "now"]
+        + ["--name", match.group(1), "-o", ",".join(fields)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return [dict(zip(fields, line.split("|"), strict=True)) for line in proc.stdout.splitlines()]
+
+
+def tres(job: dict[str, str]) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in job["AllocTRES"].split(",") if "=" in item)
+
+
+def gpu_rules(dry_run_output: str) -> set[str]:
+    """Rules whose jobs declare `gpu=1` in a dry run's job listing."""
+    rules, rule = set(), None
+    for line in dry_run_output.splitlines():
+        if match := re.match(r"(?:local)?rule (\w+):", line):
+            rule = match.group(1)
+        elif rule and line.strip().startswith("resources:") and "gpu=1" in line:
+            rules.add(rule)
+    return rules
+
+
+def test_tiny_config_on_slurm_equals_the_local_run(
+    tiny_run: Path, slurm_cluster: Path, tmp_path: Path
+) -> None:
+    profile = yaml.safe_load((PROFILE / "config.yaml").read_text())
+    grouped = profile["groups"]
+    plan_dir = tmp_path / "plan"
+    plan_dir.mkdir()
+    dry = subprocess.run(
+        snakemake_command(plan_dir, "-n"), capture_output=True, text=True, timeout=300, cwd=REPO
+    )
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    planned = planned_jobs(dry.stdout)
+    gpu = gpu_rules(dry.stdout)
+    assert {"generate_context_prompts", "generate_closed_book"} <= gpu
+
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    proc = run_on_slurm(workdir, slurm_cluster)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{_tail(output, 8000)}\n{_cluster_report(slurm_cluster)}"
+
+    # Every output exists and equals the local run's (timing columns aside).
+    local, on_slurm = _outputs(tiny_run), _outputs(workdir)
+    assert sorted(on_slurm) == sorted(local)
+    assert [name for name in local if local[name] != on_slurm[name]] == []
+    # Every rule job kept its log.
+    logs = sorted(str(p.relative_to(tiny_run)) for p in (tiny_run / "results/logs").rglob("*.log"))
+    assert logs and all((workdir / log).is_file() for log in logs)
+
+    jobs = slurm_jobs(output)
+    assert jobs and all(job["State"] == "COMPLETED" for job in jobs), jobs
+    by_comment: dict[str, list[dict[str, str]]] = {}
+    for job in jobs:
+        by_comment.setdefault(job["Comment"].split("_wildcards_")[0], []).append(job)
+    # One SLURM job per cell for every rule not grouped; GPU rules got --gpus=1, and no job
+    # asked for more CPUs than the node has.
+    for rule, count in planned.items():
+        if rule == "all" or rule in grouped:
+            assert f"rule_{rule}" not in by_comment, f"{rule} is grouped in the profile"
+            continue
+        assert len(by_comment.get(f"rule_{rule}", [])) == count, (rule, by_comment.keys())
+        for job in by_comment[f"rule_{rule}"]:
+            assert tres(job).get("gres/gpu") == ("1" if rule in gpu else None), (rule, job)
+    for job in jobs:
+        assert 1 <= int(tres(job)["cpu"]) <= (os.cpu_count() or 1), job
+    # Grouped rules: one `prep` job per dataset, the small summary jobs 20 to a SLURM job.
+    group_jobs = [job for job in jobs if job["Comment"].startswith("rule_prep")]
+    assert len(group_jobs) == 2, by_comment.keys()
+    summary_rules = [rule for rule, group in grouped.items() if group == "summary"]
+    n_summary = sum(planned.get(rule, 0) for rule in summary_rules)
+    summary_jobs = [job for job in jobs if job["Comment"].startswith("rule_summary")]
+    assert 1 <= len(summary_jobs) <= math.ceil(n_summary / 2) < n_summary
+    # Every SLURM job kept its log (slurm-keep-successful-logs).
+    slurm_logs = {p.stem for p in (workdir / ".snakemake/slurm_logs").rglob("*.log")}
+    assert slurm_logs == {job["JobIDRaw"] for job in jobs}
+
+
+def test_failing_rule_on_slurm_is_reported_and_its_log_kept(
+    tiny_run: Path, slurm_cluster: Path, tmp_path: Path
+) -> None:
+    shutil.copytree(tiny_run / "results", tmp_path / "results")
+    shutil.copytree(
+        tiny_run / ".snakemake",
+        tmp_path / ".snakemake",
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("locks", "incomplete", "slurm_logs"),
+    )
+    # A truncated line in one context file: its generation and NLI jobs (one SLURM job each)
+    # and the grouped qc_contexts job fail; nothing of the other dataset reruns.
+    contexts = tmp_path / "results/contexts/squad/Q0.jsonl"
+    lines = contexts.read_text().splitlines()
+    lines[1] = lines[1][:40]
+    contexts.write_text("\n".join(lines) + "\n")
+    other = {k: v for k, v in _outputs(tmp_path).items() if "nq_bigbench" in k}
+
+    proc = run_on_slurm(tmp_path, slurm_cluster)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, _tail(output)
+    assert "Q0.jsonl, line 2: not valid JSON" in output, _tail(output)
+    jobs = slurm_jobs(output)
+    failed = {job["Comment"]: job for job in jobs if job["State"] == "FAILED"}
+    cell = "rule_generate_context_prompts_wildcards_smollm2-135m_squad_Q0"
+    assert cell in failed, f"{jobs}\n{_tail(output)}"
+    assert "Error in rule generate_context_prompts" in output
+    assert f"SLURM-job '{failed[cell]['JobIDRaw']}' failed, SLURM status is: 'FAILED'" in output
+    for job in failed.values():
+        logs = list((tmp_path / ".snakemake/slurm_logs").rglob(f"{job['JobIDRaw']}.log"))
+        assert len(logs) == 1, f"SLURM log of failed job {job} not kept"
+        assert f"Logfile {logs[0]}:" in output  # the failure report shows it
+        assert "not valid JSON" in logs[0].read_text(errors="replace")
+    assert not [job for job in jobs if "nq_bigbench" in job["Comment"]]
+    assert {k: v for k, v in _outputs(tmp_path).items() if "nq_bigbench" in k} == other
