@@ -1,5 +1,6 @@
 # Config validation, wildcard constraints and input functions shared by every stage.
 
+import hashlib
 import json
 import re
 import sys
@@ -28,6 +29,17 @@ MODELS = sorted(config["models"])
 GENERATION_CONDITIONS = config["generation"]["conditions"]
 POLICIES = config["policies"]["names"]
 
+# Table 13 (seed sensitivity): one model x dataset rebuilt with another construction seed.
+# The variant is a dataset of its own, "<dataset>_seed<seed>", that shares the base
+# dataset's questions, corpus, retrieval, entity pool and closed-book answers (none of them
+# depends on the per-question seed) and redoes the contexts, swaps, Q0/QC generation, NLI
+# and policies. It stays out of DATASETS: only Table 13 reads it.
+SEED_VARIANTS = {}
+if config["seed_sensitivity"]:
+    _sensitivity = config["seed_sensitivity"]
+    SEED_VARIANTS[f"{_sensitivity['dataset']}_seed{_sensitivity['seed']}"] = _sensitivity
+SEED_VARIANT_CONDITIONS = [c for c in ("Q0", "QC") if c in GENERATION_CONDITIONS]
+
 
 def _alternatives(names):
     return "|".join(re.escape(n) for n in sorted(names))
@@ -35,7 +47,7 @@ def _alternatives(names):
 
 wildcard_constraints:
     asset=_alternatives(config["assets"]),
-    dataset=_alternatives(config["datasets"]),
+    dataset=_alternatives([*config["datasets"], *SEED_VARIANTS]),
     model=_alternatives(config["models"]),
     condition=_alternatives(GENERATION_CONDITIONS),
     policy="P[0-4]",
@@ -45,6 +57,34 @@ wildcard_constraints:
 def stable(mapping):
     """A key-sorted copy: params compare by value, so reordering the YAML reruns nothing."""
     return json.loads(json.dumps(mapping, sort_keys=True))
+
+
+def base_dataset(dataset):
+    """The dataset whose questions, corpus and retrieval a (seed-variant) dataset uses."""
+    return SEED_VARIANTS[dataset]["dataset"] if dataset in SEED_VARIANTS else dataset
+
+
+def base_file(stage, name):
+    """Input function: a file of the base dataset's `stage` (data, retrieval, qc)."""
+    return lambda wildcards: f"{RESULTS}/{stage}/{base_dataset(wildcards.dataset)}/{name}"
+
+
+def construction_seed(wildcards):
+    """The per-question seed base: Random(seed + i) for shuffles and swaps."""
+    return SEED_VARIANTS.get(wildcards.dataset, {}).get("seed", config["seed"])
+
+
+def closed_book_cell(wildcards):
+    """The CB answers: the closed-book pass sees no context, so a seed variant reuses them."""
+    dataset = base_dataset(wildcards.dataset)
+    return f"{RESULTS}/generation/{wildcards.model}/{dataset}/Qclosed/{CLOSED_BOOK_PROMPT}.jsonl"
+
+
+def metric_cells(dataset):
+    """(model, condition) pairs the metrics of one dataset read."""
+    if dataset in SEED_VARIANTS:
+        return [(SEED_VARIANTS[dataset]["model"], c) for c in SEED_VARIANT_CONDITIONS]
+    return [(model, condition) for model in MODELS for condition in GENERATION_CONDITIONS]
 
 
 def asset_manifest(name):
@@ -93,10 +133,7 @@ def policy_inputs(wildcards):
     policy = wildcards.policy
     if policy in CONTEXT_PROMPTS:
         return {policy: generation_cell(wildcards, policy)}
-    inputs = {
-        "P1": generation_cell(wildcards, "P1"),
-        "CB": f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/Qclosed/CB.jsonl",
-    }
+    inputs = {"P1": generation_cell(wildcards, "P1"), "CB": closed_book_cell(wildcards)}
     if policy == "P4":
         inputs["NLI"] = (
             f"{RESULTS}/nli/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}.jsonl"
@@ -113,16 +150,22 @@ def policy_files(model, dataset):
 
 
 def library_code(*modules):
-    """Library modules as inputs, so editing e.g. the plotting code reruns the figures
-    (Snakemake tracks a rule's own script, not the modules it imports)."""
-    return [str(Path(workflow.basedir) / "workflow" / "grabrag" / m) for m in modules]
+    """A content hash of library modules, passed as a param: editing e.g. the plotting code
+    reruns the figures (Snakemake tracks a rule's own script, not the modules it imports).
+    A hash, not the files as inputs: Snakemake's mtime check did not fire for inputs
+    outside the working directory, and touching a file without changing it reruns nothing."""
+    digest = hashlib.sha256()
+    for module in modules:
+        path = Path(workflow.basedir) / "workflow" / "grabrag" / module
+        digest.update(module.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def figure_inputs(wildcards):
     """Figures read the metric tables; curves and diagrams also read the decision rows."""
     inputs = {
         "metrics": expand(f"{RESULTS}/metrics/{{dataset}}.csv", dataset=DATASETS),
-        "code": library_code("figures.py"),
     }
     if wildcards.figure == "p3_sweep":
         inputs["sweeps"] = expand(

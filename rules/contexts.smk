@@ -3,9 +3,9 @@
 
 rule build_contexts:
     input:
-        questions=f"{RESULTS}/data/{{dataset}}/questions.jsonl",
-        corpus=f"{RESULTS}/data/{{dataset}}/corpus.jsonl",
-        ranking=f"{RESULTS}/retrieval/{{dataset}}/hard_negatives.jsonl",
+        questions=base_file("data", "questions.jsonl"),
+        corpus=base_file("data", "corpus.jsonl"),
+        ranking=base_file("retrieval", "hard_negatives.jsonl"),
         tokenizer=asset_manifest(tokenizer_asset()),
     output:
         **{
@@ -15,7 +15,7 @@ rule build_contexts:
         report=f"{RESULTS}/contexts/{{dataset}}/report.json",
     params:
         contexts=stable(config["contexts"]),
-        seed=config["seed"],
+        seed=construction_seed,
         tokenizer=tokenizer_asset(),
     log:
         f"{RESULTS}/logs/build_contexts/{{dataset}}.log",

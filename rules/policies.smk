@@ -5,7 +5,7 @@
 rule nli:
     input:
         contexts=f"{RESULTS}/contexts/{{dataset}}/{{condition}}.jsonl",
-        cb=f"{RESULTS}/generation/{{model}}/{{dataset}}/Qclosed/CB.jsonl",
+        cb=closed_book_cell,
         verifier=nli_asset,
     output:
         nli=f"{RESULTS}/nli/{{model}}/{{dataset}}/{{condition}}.jsonl",

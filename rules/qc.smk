@@ -22,8 +22,8 @@ rule entity_pool:
 
 rule swaps:
     input:
-        questions=f"{RESULTS}/data/{{dataset}}/questions.jsonl",
-        pool=f"{RESULTS}/qc/{{dataset}}/entity_pool.json",
+        questions=base_file("data", "questions.jsonl"),
+        pool=base_file("qc", "entity_pool.json"),
         ner=asset_manifest(config["ner"]["asset"]),
     output:
         swaps=f"{RESULTS}/qc/{{dataset}}/swaps.jsonl",
@@ -32,7 +32,7 @@ rule swaps:
         audit=f"{RESULTS}/qc/{{dataset}}/audit_sample.csv",
     params:
         ner=stable(config["ner"]),
-        seed=config["seed"],
+        seed=construction_seed,
         audit_size=config["qc"]["audit_size"],
     log:
         f"{RESULTS}/logs/swaps/{{dataset}}.log",
@@ -45,9 +45,9 @@ rule swaps:
 
 rule qc_contexts:
     input:
-        questions=f"{RESULTS}/data/{{dataset}}/questions.jsonl",
-        corpus=f"{RESULTS}/data/{{dataset}}/corpus.jsonl",
-        ranking=f"{RESULTS}/retrieval/{{dataset}}/hard_negatives.jsonl",
+        questions=base_file("data", "questions.jsonl"),
+        corpus=base_file("data", "corpus.jsonl"),
+        ranking=base_file("retrieval", "hard_negatives.jsonl"),
         paired=f"{RESULTS}/contexts/{{dataset}}/Q0.jsonl",
         swaps=f"{RESULTS}/qc/{{dataset}}/swaps.jsonl",
         tokenizer=asset_manifest(tokenizer_asset()),
@@ -56,7 +56,7 @@ rule qc_contexts:
         report=f"{RESULTS}/contexts/{{dataset}}/QC_report.json",
     params:
         contexts=stable(config["contexts"]),
-        seed=config["seed"],
+        seed=construction_seed,
     log:
         f"{RESULTS}/logs/qc_contexts/{{dataset}}.log",
     conda:

@@ -16,24 +16,29 @@ TABLES = {
     "selection_bias": "Q100 EM on QC-eligible vs excluded questions (section 6) (%).",
     "parse_failures": "Generation parse status per cell.",
 }
+if SEED_VARIANTS:
+    TABLES["table13_seed_sensitivity"] = (
+        "Table 13: seed sensitivity of HwSA (answer rate at Q0 and QC) per policy (%)."
+    )
 
 
 rule metrics:
     input:
         decisions=lambda wildcards: [
             f"{RESULTS}/policies/{model}/{wildcards.dataset}/{condition}/{policy}.jsonl"
-            for model in MODELS
-            for condition in GENERATION_CONDITIONS
+            for model, condition in metric_cells(wildcards.dataset)
             for policy in POLICIES
         ],
-        contexts=lambda wildcards: [
-            f"{RESULTS}/contexts/{wildcards.dataset}/{condition}.jsonl"
-            for condition in GENERATION_CONDITIONS
-        ],
-        code=library_code("metrics.py", "evaluate.py", "bootstrap.py"),
+        contexts=lambda wildcards: list(
+            dict.fromkeys(
+                f"{RESULTS}/contexts/{wildcards.dataset}/{condition}.jsonl"
+                for _, condition in metric_cells(wildcards.dataset)
+            )
+        ),
     output:
         metrics=f"{RESULTS}/metrics/{{dataset}}.csv",
     params:
+        code=library_code("metrics.py", "evaluate.py", "bootstrap.py"),
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
     log:
@@ -57,7 +62,7 @@ rule tables:
             model=MODELS,
             dataset=DATASETS,
         ),
-        code=library_code("tables.py"),
+        seed_metrics=expand(f"{RESULTS}/metrics/{{dataset}}.csv", dataset=SEED_VARIANTS),
     output:
         **{
             name: report(
@@ -73,6 +78,10 @@ rule tables:
         ],
     params:
         captions=TABLES,
+        seed_sensitivity=stable(
+            {name: {**spec, "base_seed": config["seed"]} for name, spec in SEED_VARIANTS.items()}
+        ),
+        code=library_code("tables.py"),
     log:
         f"{RESULTS}/logs/tables.log",
     conda:
@@ -92,6 +101,8 @@ rule figure:
             category="Figures",
             labels={"figure": "{figure}"},
         ),
+    params:
+        code=library_code("figures.py"),
     log:
         f"{RESULTS}/logs/figure/{{figure}}.log",
     conda:

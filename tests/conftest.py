@@ -15,14 +15,16 @@ TINY = REPO / "tests" / "config" / "tiny.yaml"
 RESOURCES = Path(os.environ.get("GRABRAG_RESOURCES", REPO / "resources")).resolve()
 
 
-def snakemake_command(workdir: Path, *args: str, configfile: Path = TINY) -> list[str]:
+def snakemake_command(
+    workdir: Path, *args: str, configfile: Path = TINY, snakefile: Path = REPO / "Snakefile"
+) -> list[str]:
     """The real workflow in ``workdir`` with the tiny config and the shared resources."""
     return [
         sys.executable,
         "-m",
         "snakemake",
         "--snakefile",
-        str(REPO / "Snakefile"),
+        str(snakefile),
         "--directory",
         str(workdir),
         "--configfile",
@@ -39,11 +41,12 @@ def snakemake(
     workdir: Path,
     *args: str,
     configfile: Path = TINY,
+    snakefile: Path = REPO / "Snakefile",
     check: bool = True,
     timeout: int = 1800,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    cmd = snakemake_command(workdir, *args, configfile=configfile)
+    cmd = snakemake_command(workdir, *args, configfile=configfile, snakefile=snakefile)
     proc = subprocess.run(
         cmd,
         capture_output=True,

@@ -39,6 +39,9 @@ def test_defaults_are_filled(embedded: dict) -> None:
     }
     assert config["datasets"]["squad"]["max_answer_tokens"] == 5
     assert config["models"]["smollm2-135m"]["n_gpu_layers"] == 0
+    assert config["seed_sensitivity"]["seed"] == 43
+    del embedded["seed_sensitivity"]
+    assert validate_config(embedded)["seed_sensitivity"] is None
 
 
 def test_validation_does_not_modify_its_input(embedded: dict) -> None:
@@ -61,6 +64,10 @@ def test_validation_does_not_modify_its_input(embedded: dict) -> None:
         (lambda c: c["datasets"]["squad"].update(asset="nope"), "datasets.squad.asset"),
         (lambda c: c["retrieval"].update(encoder="nope"), "retrieval.encoder"),
         (lambda c: c["contexts"].update(n_gold_q50=6), "contexts.n_gold_q50"),
+        (lambda c: c["seed_sensitivity"].update(model="nope"), "seed_sensitivity.model"),
+        (lambda c: c["seed_sensitivity"].update(dataset="nope"), "seed_sensitivity.dataset"),
+        (lambda c: c["seed_sensitivity"].update(seed=42), "seed_sensitivity.seed"),
+        (lambda c: c["seed_sensitivity"].update(sead=43), "seed_sensitivity"),
     ],
 )
 def test_bad_config_names_the_key(embedded: dict, edit, expected: str) -> None:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shutil
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +18,7 @@ import yaml
 from grabrag.contexts import CONDITIONS
 from grabrag.io import read_jsonl
 
-from .conftest import REPO, TINY, snakemake
+from .conftest import REPO, TINY, snakemake, snakemake_command
 
 pytestmark = pytest.mark.integration
 DATASETS = ("squad", "nq_bigbench")
@@ -43,7 +47,10 @@ def _outputs(root: Path) -> dict[str, bytes]:
 
 
 def planned_jobs(dry_run_output: str) -> dict[str, int]:
-    """The 'Job stats' table of a dry run, as {rule: count}."""
+    """The 'Job stats' table of a dry run, as {rule: count} ({} when nothing is to be done)."""
+    if "Job stats:" not in dry_run_output:
+        assert "Nothing to be done" in dry_run_output, dry_run_output
+        return {}
     table = dry_run_output.split("Job stats:", 1)[1].split("Reasons:", 1)[0]
     jobs = {}
     for line in table.splitlines():
@@ -109,8 +116,10 @@ def test_editing_one_stage_param_reruns_only_that_stage(tiny_run: Path, tmp_path
     plan = snakemake(tmp_path, "-n", configfile=edited).stdout
     jobs = planned_jobs(plan)
     # The context stage and everything downstream of it rerun; nothing upstream does.
-    assert jobs["build_contexts"] == 2 and jobs["qc_contexts"] == 2, plan
-    assert jobs["generate_context_prompts"] == 8, plan
+    # (Each count includes the seed-43 variant of nq_bigbench: one more context job of
+    # each kind and its Q0 + QC generation jobs.)
+    assert jobs["build_contexts"] == 3 and jobs["qc_contexts"] == 3, plan
+    assert jobs["generate_context_prompts"] == 8 + 2, plan
     assert not {
         "fetch_asset",
         "prepare_data",
@@ -164,6 +173,49 @@ def test_corrupt_intermediate_file_is_named_and_other_work_survives(
     assert proc.returncode != 0
     assert "corpus.jsonl, line 3: not valid JSON" in proc.stdout + proc.stderr
     assert (tmp_path / "results/contexts/nq_bigbench/Q0.jsonl").read_bytes() == kept
+
+
+def test_killed_generation_job_resumes_and_matches_an_uninterrupted_run(
+    tiny_run: Path, tmp_path: Path
+) -> None:
+    shutil.copytree(tiny_run / "results", tmp_path / "results")
+    shutil.copytree(
+        tiny_run / ".snakemake",
+        tmp_path / ".snakemake",
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("locks", "incomplete"),
+    )
+    cell_dir = tmp_path / "results/generation/smollm2-135m/squad/Q100"
+    shutil.rmtree(cell_dir)
+    target = str(cell_dir / "P0.jsonl")
+    checkpoint = cell_dir / ".checkpoint.jsonl"
+    cmd = snakemake_command(tmp_path, target)
+    job = subprocess.Popen(
+        cmd, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 600
+    finished_calls = 0
+    while time.monotonic() < deadline and job.poll() is None:
+        if checkpoint.exists():
+            finished_calls = len(checkpoint.read_text().splitlines())
+            if finished_calls >= 3:  # question 0 done, question 1 in flight
+                break
+        time.sleep(0.05)
+    assert job.poll() is None, "the job finished before it could be killed"
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    assert 3 <= finished_calls < 6
+    assert not (cell_dir / "P2.jsonl").exists()
+    snakemake(tmp_path, "--unlock", target)
+    snakemake(tmp_path, target)
+    log = (tmp_path / "results/logs/generate/smollm2-135m/squad/Q100.log").read_text()
+    assert log.count("(from checkpoint)") == 3  # question 0 was not generated again
+    for prompt in ("P0", "P1", "P2"):
+        relative = f"generation/smollm2-135m/squad/Q100/{prompt}.jsonl"
+        assert _without_timing(tmp_path / "results" / relative) == _without_timing(
+            tiny_run / "results" / relative
+        )
+    assert not checkpoint.exists()
 
 
 def test_qc_condition_swaps_summary_and_audit(tiny_run: Path) -> None:
@@ -303,6 +355,7 @@ TABLE_NAMES = (
     "normalised_hwsa",
     "selection_bias",
     "parse_failures",
+    "table13_seed_sensitivity",
 )
 FIGURE_NAMES = (
     "abstention_by_condition",
@@ -338,12 +391,37 @@ def test_tables_and_figures(tiny_run: Path) -> None:
         assert (tiny_run / f"results/figures/{name}.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_seed_sensitivity_variant_and_table13(tiny_run: Path) -> None:
+    variant = "nq_bigbench_seed43"
+    base_q0 = read_jsonl(tiny_run / "results/contexts/nq_bigbench/Q0.jsonl")
+    variant_q0 = read_jsonl(tiny_run / f"results/contexts/{variant}/Q0.jsonl")
+    # the same questions, shuffled and swapped with Random(43 + i)
+    assert [r["qid"] for r in variant_q0] == [r["qid"] for r in base_q0]
+    summary = json.loads((tiny_run / f"results/qc/{variant}/summary.json").read_text())
+    assert (summary["questions"], summary["seed"]) == (2, 43)
+    # only Q0 and QC are generated; the closed-book answers are the base dataset's
+    generated = tiny_run / f"results/generation/smollm2-135m/{variant}"
+    assert sorted(p.name for p in generated.iterdir() if p.is_dir()) == ["Q0", "QC"]
+    assert not (tiny_run / f"results/data/{variant}").exists()
+    assert not (tiny_run / f"results/retrieval/{variant}").exists()
+    with (tiny_run / "results/tables/table13_seed_sensitivity.csv").open(newline="") as handle:
+        table13 = list(csv.DictReader(handle))
+    assert [(r["policy"], r["condition"]) for r in table13] == [
+        (p, c) for p in ("P0", "P1", "P2", "P3", "P4") for c in ("Q0", "QC")
+    ]
+    for row in table13:
+        assert row["n (seed 42)"] == "2" or row["condition"] == "QC"
+        delta = abs(float(row["seed 42"]) - float(row["seed 43"]))
+        assert abs(float(row["|delta| (pp)"]) - delta) < 0.06, row
+
+
 def test_report_stage_is_incremental(tiny_run: Path, tmp_path: Path) -> None:
     _copy_run(tiny_run, tmp_path)
     # one figure named as a target: only that figure
     (tmp_path / "results/figures/p3_sweep.pdf").unlink()
     plan = snakemake(tmp_path, "-n", "results/figures/p3_sweep.pdf").stdout
     assert planned_jobs(plan) == {"figure": 1}, plan
+    shutil.copy2(tiny_run / "results/figures/p3_sweep.pdf", tmp_path / "results/figures")
     # the bootstrap resample count: metrics, tables and figures, never a generation job
     config = yaml.safe_load(TINY.read_text())
     config["bootstrap"] = {"n_resamples": 2000}
@@ -351,6 +429,21 @@ def test_report_stage_is_incremental(tiny_run: Path, tmp_path: Path) -> None:
     edited.write_text(yaml.safe_dump(config))
     plan = snakemake(tmp_path, "-n", configfile=edited).stdout
     assert planned_jobs(plan) == {"metrics": 2, "tables": 1, "figure": 5, "all": 1}, plan
+    # the plotting code, edited in a copy of the workflow: figures only; touching it
+    # without a change reruns nothing
+    source = tmp_path / "workflow_copy"
+    source.mkdir()
+    for part in ("Snakefile", "config.yaml"):
+        shutil.copy(REPO / part, source / part)
+    for part in ("rules", "workflow", "envs"):
+        shutil.copytree(REPO / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
+    plotting = source / "workflow/grabrag/figures.py"
+    plotting.touch()
+    plan = snakemake(tmp_path, "-n", snakefile=source / "Snakefile").stdout
+    assert planned_jobs(plan) == {}, plan
+    plotting.write_text(plotting.read_text() + "\n# an edit of the plotting code\n")
+    plan = snakemake(tmp_path, "-n", snakefile=source / "Snakefile").stdout
+    assert planned_jobs(plan) == {"figure": 5, "all": 1}, plan
 
 
 def test_report_html(tiny_run: Path, tmp_path: Path) -> None:

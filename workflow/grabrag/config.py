@@ -85,6 +85,19 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError(
             "config key 'nli.asset': the transformers NLI backend needs a model asset"
         )
+    sensitivity = checked.get("seed_sensitivity")
+    if sensitivity:
+        for key, known in (("model", checked["models"]), ("dataset", checked["datasets"])):
+            if sensitivity[key] not in known:
+                raise ConfigError(
+                    f"config key 'seed_sensitivity.{key}' names {key} '{sensitivity[key]}', "
+                    f"which is not under '{key}s' (known: {', '.join(sorted(known))})"
+                )
+        if sensitivity["seed"] == checked["seed"]:
+            raise ConfigError(
+                f"config key 'seed_sensitivity.seed' is {sensitivity['seed']}, the same as "
+                "'seed': a seed-sensitivity run needs a different seed (the paper uses 43)"
+            )
     contexts = checked["contexts"]
     if contexts["n_gold_q50"] > contexts["n_passages"]:
         raise ConfigError(

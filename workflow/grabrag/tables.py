@@ -247,6 +247,44 @@ def table_selection_bias(metrics: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def table_seed_sensitivity(
+    base: pd.DataFrame,
+    variant: pd.DataFrame,
+    model: str,
+    dataset: str,
+    base_seed: int,
+    variant_seed: int,
+) -> pd.DataFrame:
+    """Table 13: HwSA at Q0 and QC per policy under two construction seeds, and |delta|.
+
+    As in the paper (Appendix G), each rate is the answer rate over that seed's own cell:
+    Q0 over every question, QC over the questions QC-eligible under that seed (so the QC
+    denominators may differ); |delta| is in percentage points.
+    """
+    get_base, get_variant = _lookup(base), _lookup(variant)
+    variant_name = str(variant["dataset"].iloc[0]) if len(variant) else dataset
+    out = []
+    for policy in _policies(variant):
+        for condition in ("Q0", "QC"):
+            first = get_base(model, dataset, policy, condition, "answer_rate")
+            second = get_variant(model, variant_name, policy, condition, "answer_rate")
+            a, b = _value(first), _value(second)
+            out.append(
+                {
+                    "model": model,
+                    "dataset": dataset,
+                    "policy": policy,
+                    "condition": condition,
+                    f"seed {base_seed}": pct(a),
+                    f"n (seed {base_seed})": int(first.n) if first is not None else 0,
+                    f"seed {variant_seed}": pct(b),
+                    f"n (seed {variant_seed})": int(second.n) if second is not None else 0,
+                    "|delta| (pp)": "n/a" if math.isnan(a - b) else f"{100 * abs(a - b):.2f}",
+                }
+            )
+    return pd.DataFrame(out)
+
+
 def p3_sweep_rows(
     p1: Mapping[str, Sequence[dict]],
     cb: Sequence[dict],
