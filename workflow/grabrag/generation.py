@@ -136,6 +136,9 @@ class LlamaGenerator:
         except (ValueError, RuntimeError) as error:
             raise GenerationError(f"llama.cpp could not load {model_path}: {error}") from None
         self.grammar = llama_cpp.LlamaGrammar.from_string(GBNF_GRAMMAR, verbose=False)
+        # Other passes (EvidentialRAG's evaluator, CDD's steps) bring their own grammar;
+        # each is compiled once per job.
+        self._grammars = {GBNF_GRAMMAR: self.grammar}
 
     def prompt_tokens(self, messages: Sequence[dict[str, str]]) -> int:
         text = "\n".join(m["content"] for m in messages)
@@ -156,13 +159,28 @@ class LlamaGenerator:
     def reset(self) -> None:
         self.llm.reset()
 
-    def complete(self, messages: list[dict[str, str]]) -> dict[str, Any]:
+    def grammar_for(self, gbnf: str) -> Any:
+        """The compiled LlamaGrammar of a GBNF string (cached)."""
+        if gbnf not in self._grammars:
+            import llama_cpp
+
+            self._grammars[gbnf] = llama_cpp.LlamaGrammar.from_string(gbnf, verbose=False)
+        return self._grammars[gbnf]
+
+    def complete(
+        self,
+        messages: list[dict[str, str]],
+        grammar: str | None = None,
+        max_tokens: int | None = None,
+    ) -> dict[str, Any]:
+        """One greedy chat completion. ``grammar``: a GBNF string (default: the paper's
+        answer grammar); ``max_tokens``: default the configured generation.max_tokens."""
         started = time.perf_counter()
         response = self.llm.create_chat_completion(
             messages=messages,
-            grammar=self.grammar,
+            grammar=self.grammar if grammar is None else self.grammar_for(grammar),
             temperature=self.settings.temperature,
-            max_tokens=self.settings.max_tokens,
+            max_tokens=self.settings.max_tokens if max_tokens is None else max_tokens,
             seed=self.settings.seed,
         )
         choice = response["choices"][0]
