@@ -47,6 +47,8 @@ VALID = '{"decision": "answer", "answer": "Denver Broncos", "confidence": 87, "r
         (VALID.replace("87", "101"), "stop", PARSE_FAILED, None),
         (VALID.replace('"answer",', '"maybe",', 1), "stop", PARSE_FAILED, None),
         (VALID.replace("87", "true"), "stop", PARSE_FAILED, None),
+        # the grammar's strings allow a raw newline: grammar-valid output parses
+        (VALID.replace("Denver Broncos", "Denver\nBroncos"), "stop", PARSE_OK, "Denver\nBroncos"),
     ],
 )
 def test_parse_output(raw: str, finish: str, status: str, answer: str | None) -> None:

@@ -71,10 +71,17 @@ def _validate(obj: Any) -> Parsed | None:
     return Parsed(PARSE_OK, decision, answer, confidence, reasoning)
 
 
+def _loads(text: str) -> Any:
+    # strict=False: the paper's grammar lets a string hold a raw newline or tab, which
+    # strict JSON rejects; output the grammar allows is never a format failure (the
+    # paper: "formatting failures cannot be mistaken for reasoning failures").
+    return json.loads(text, strict=False)
+
+
 def parse_output(raw: str, finish_reason: str | None) -> Parsed:
     """Parse the model's JSON; repair an output cut off by max_tokens where possible."""
     try:
-        parsed = _validate(json.loads(raw))
+        parsed = _validate(_loads(raw))
     except json.JSONDecodeError:
         parsed = None
     if parsed is not None:
@@ -82,7 +89,7 @@ def parse_output(raw: str, finish_reason: str | None) -> Parsed:
     if finish_reason == "length":
         for suffix in _REPAIR_SUFFIXES:
             try:
-                repaired = _validate(json.loads(raw + suffix))
+                repaired = _validate(_loads(raw + suffix))
             except json.JSONDecodeError:
                 continue
             if repaired is not None:
