@@ -4,7 +4,8 @@ tests/slurm/slurm_up.sh starts munged, MariaDB, slurmdbd, slurmctld and slurmd (
 in gres.conf) under a temporary folder; the job status goes through `sacct`, the executor
 plugin's default. The daemons are stopped by pid afterwards whether the tests passed or not.
 Needs root and the Debian packages in APT_INSTALL: without them these tests fail, they are
-never skipped.
+never skipped. The first test is also the suite's "two clean runs give identical outputs"
+check: the SLURM run and the local run are two independent runs of the tiny config.
 """
 
 from __future__ import annotations
