@@ -1,4 +1,5 @@
-# Stage 4: the misleading-context condition QC (entity swaps, GRAB-RAG 3.3 and Appendix C).
+# Stage 4: the misleading-context condition QC (entity swaps, GRAB-RAG 3.3 and Appendix C)
+# and the inter-context conflict condition QX built from the same swaps.
 
 
 rule entity_pool:
@@ -63,6 +64,30 @@ rule qc_contexts:
         GRABRAG_ENV
     script:
         "../workflow/scripts/qc_contexts.py"
+
+
+# QX (inter-context conflict, issue 8): the original gold passage and its swapped twin
+# together among hard negatives, for exactly the questions of QC.
+rule qx_contexts:
+    input:
+        questions=base_file("data", "questions.jsonl"),
+        corpus=base_file("data", "corpus.jsonl"),
+        ranking=base_file("retrieval", "hard_negatives.jsonl"),
+        paired=f"{RESULTS}/contexts/{{dataset}}/QC.jsonl",
+        swaps=f"{RESULTS}/qc/{{dataset}}/swaps.jsonl",
+        tokenizer=asset_manifest(tokenizer_asset()),
+    output:
+        QX=f"{RESULTS}/contexts/{{dataset}}/QX.jsonl",
+        report=f"{RESULTS}/contexts/{{dataset}}/QX_report.json",
+    params:
+        contexts=stable(config["contexts"]),
+        seed=construction_seed,
+    log:
+        f"{RESULTS}/logs/qx_contexts/{{dataset}}.log",
+    conda:
+        GRABRAG_ENV
+    script:
+        "../workflow/scripts/qx_contexts.py"
 
 
 rule audit_hwsa:

@@ -38,6 +38,7 @@ from grabrag.swaps import (
     audit_sample,
     build_entity_pool,
     build_qc_rows,
+    build_qx_rows,
     build_swaps,
     count_leaks,
     eligibility_summary,
@@ -850,6 +851,59 @@ def test_qc_rows_place_the_swapped_passage_among_clean_hard_negatives(counter) -
     random.Random(42 + 0).shuffle(expected)
     assert [p["pid"] for p in row["passages"]] == expected
     assert report["qc_rows"] == 1 and report["accepted_swaps"] == 2
+
+
+def test_qx_rows_hold_the_gold_passage_and_its_swapped_twin(counter) -> None:
+    pool = EntityPool({"GPE": ["Lyon"]})
+    questions = [
+        question(["Paris"], "He lived in Paris for years.", qid="a"),
+        question(["Rome"], "She lived in Rome.", qid="b"),  # no pool entity: no swap
+        question(["Berlin"], "They met in Berlin.", qid="c"),
+        question(["Madrid"], "We met in Madrid.", qid="d"),
+    ]
+    ner = StubNer({"Paris": "GPE", "Berlin": "GPE", "Madrid": "GPE"})
+    records = [swap_question(i, q, pool, ner) for i, q in enumerate(questions)]
+    assert [r["status"] for r in records] == ["accepted", "skipped", "accepted", "accepted"]
+    corpus = {
+        f"n{k}": {"pid": f"n{k}", "title": f"N{k}", "text": f"Neutral text {k}."} for k in range(8)
+    }
+    corpus["lyon"] = {"pid": "lyon", "title": "Cities", "text": "Lyon is in France."}
+    corpus["paris"] = {"pid": "paris", "title": "Paris", "text": "Capital city."}
+    retrieval = {
+        "a": {"hard_negatives": ["lyon", "paris", "n0", "n1", "n2", "n3", "n4"]},
+        "b": {"hard_negatives": ["n0", "n1", "n2", "n3"]},
+        "c": {"hard_negatives": ["n5", "n6", "lyon"]},  # two clean ones: too few
+        "d": {"hard_negatives": ["n5", "lyon", "n6", "n7"]},  # three: enough for QX, not QC
+    }
+    rows, report = build_qx_rows(questions, records, retrieval, corpus, seed=42, counter=counter)
+    assert [r["qid"] for r in rows] == ["a", "d"]
+    assert report["qx_rows"] == 2 and report["condition"] == "QX"
+    assert report["dropped_insufficient_clean_hard_negatives"] == ["c"]
+    row = rows[0]
+    assert row["condition"] == "QX" and len(row["passages"]) == 5
+    roles = Counter(p["role"] for p in row["passages"])
+    assert roles == {"gold": 1, QC_ROLE: 1, HARD_NEGATIVE: 3}
+    negatives = [p["pid"] for p in row["passages"] if p["role"] == HARD_NEGATIVE]
+    assert sorted(negatives) == ["n0", "n1", "n2"]
+    gold = next(p for p in row["passages"] if p["role"] == "gold")
+    swapped = next(p for p in row["passages"] if p["role"] == QC_ROLE)
+    assert gold["text"] == "He lived in Paris for years."
+    assert swapped["text"] == "He lived in Lyon for years."
+    assert row["replacement"] == "Lyon" and row["tier"] == "3" and row["entity_type"] == "GPE"
+    assert row["answer_in_context"] is True
+    assert row["original_in_context"] is True and row["replacement_in_context"] is True
+    # the QC construction: gold first, then the swapped twin and the negatives, shuffled
+    # with Random(seed + i)
+    expected = ["gold", QC_ROLE, "n0", "n1", "n2"]
+    random.Random(42 + 0).shuffle(expected)
+    assert [p["role"] if p["role"] != HARD_NEGATIVE else p["pid"] for p in row["passages"]] == (
+        expected
+    )
+    # QC on the same inputs keeps fewer questions (it needs one clean negative more)
+    qc_rows, _ = build_qc_rows(questions, records, retrieval, corpus, seed=42, counter=counter)
+    assert [r["qid"] for r in qc_rows] == ["a"]
+    with pytest.raises(ValueError, match="at least 2 passages"):
+        build_qx_rows(questions, records, retrieval, corpus, 42, counter, n_passages=1)
 
 
 def test_qc_rows_refuse_records_from_another_question_order(counter) -> None:
