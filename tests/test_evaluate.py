@@ -220,6 +220,68 @@ def test_selection_bias_em_gap(table) -> None:
     assert table[("P1", "Q100", "em_excluded")]["n"] == 1
 
 
+def test_refusal_precision_recall_f1_pooled_over_conditions(table) -> None:
+    # P1 refusals: Q100 q4, Q50 q2 (the failed q3 is no refusal), Q0 q1 q2 q4, QC none:
+    # R = 5, R and U = 3 (Q0), U = 4 (Q0) + 3 (QC) = 7 -> P 3/5, R 3/7, F1 1/2
+    assert value(table, "P1", "pooled", "refusal_precision") == pytest.approx(3 / 5)
+    assert value(table, "P1", "pooled", "refusal_recall") == pytest.approx(3 / 7)
+    assert value(table, "P1", "pooled", "refusal_f1") == pytest.approx(0.5)
+    assert table[("P1", "pooled", "refusal_precision")]["n"] == 5
+    assert table[("P1", "pooled", "refusal_recall")]["n"] == 7
+    assert table[("P1", "pooled", "refusal_f1")]["n"] == 15
+    # P3: R = 3 + 2 + 4 + 2 = 11, R and U = 6, U = 7 -> P 6/11, R 6/7, F1 2/3
+    assert value(table, "P3", "pooled", "refusal_precision") == pytest.approx(6 / 11)
+    assert value(table, "P3", "pooled", "refusal_recall") == pytest.approx(6 / 7)
+    assert value(table, "P3", "pooled", "refusal_f1") == pytest.approx(2 / 3)
+    scores = M.refusal_scores(P1)
+    assert scores["refusal_f1"] == pytest.approx(0.5) and scores["refusal_recall"].n == 7
+    for metric in ("refusal_precision", "refusal_recall", "refusal_f1"):
+        row = table[("P3", "pooled", metric)]
+        assert row["ci_low"] <= row["value"] <= row["ci_high"]
+
+
+def test_refusal_zero_denominators_are_nan_with_a_reason() -> None:
+    answers_only = {c: [r(row["qid"], "answer", "x", 50) for row in rows] for c, rows in P1.items()}
+    keyed = {
+        (row["condition"], row["metric"]): row
+        for row in evaluate(decisions({"P1": answers_only}), contexts(), n_resamples=100)
+    }
+    precision = keyed[("pooled", "refusal_precision")]
+    assert math.isnan(precision["value"]) and "no abstention" in precision["reason"]
+    assert keyed[("pooled", "refusal_recall")]["value"] == 0.0
+    assert math.isnan(keyed[("pooled", "refusal_f1")]["value"])
+    # no should-abstain condition at all: recall undefined
+    scores = M.refusal_scores({"Q100": P1["Q100"]})
+    assert (
+        math.isnan(scores["refusal_recall"]) and "should-abstain" in scores["refusal_recall"].reason
+    )
+    assert scores["refusal_precision"] == 0.0 and math.isnan(scores["refusal_f1"])
+    # both defined and zero: F1 0, not NaN
+    assert M.refusal_f1_from(0.0, 0.0) == 0.0
+
+
+def test_qx_is_should_abstain_and_paired_with_qc() -> None:
+    ctx = contexts()
+    ctx[("ds", "QX")] = [dict(row, condition="QX") for row in ctx[("ds", "QC")][:2]]
+    cells = decisions({"P1": {**P1, "QX": [r("q1", "answer", "Lyon", 60), r("q2", "abstain")]}})
+    rows = evaluate(cells, ctx, n_resamples=200, seed=1)
+    keyed = {(row["condition"], row["metric"]): row for row in rows if row["policy"] == "P1"}
+    # QX on {q1, q2}: 1/2 answered; QC answers both: paired difference -1/2
+    assert keyed[("QX", "hwsa")]["value"] == 0.5 and keyed[("QX", "hwsa")]["n"] == 2
+    assert keyed[("QX-QC", "hwsa_diff")]["value"] == pytest.approx(-0.5)
+    assert keyed[("QX", "answer_rate")]["value"] == 0.5
+    # correct at QX = abstained: (60, 0) and (0, 1): AURC (1 + 1/2)/2
+    assert keyed[("QX", "aurc")]["value"] == pytest.approx(0.75)
+    # Table 10's pooled "all" stays the paper's four conditions; refusal pools QX too
+    without = evaluate(decisions({"P1": P1}), contexts(), n_resamples=200, seed=1)
+    base = {(row["condition"], row["metric"]): row for row in without}
+    assert keyed[("all", "aurc")]["value"] == base[("all", "aurc")]["value"]
+    assert keyed[("pooled", "refusal_recall")]["n"] == 9
+    assert keyed[("pooled", "refusal_recall")]["value"] == pytest.approx(4 / 9)
+    # the paper's Q0 vs QC rows are unchanged
+    assert keyed[("QC-Q0", "hwsa_diff")]["value"] == base[("QC-Q0", "hwsa_diff")]["value"]
+
+
 def test_intervals_bracket_plain_means(table) -> None:
     for (_, _, metric), row in table.items():
         assert row["reason"] is None, row  # nothing is undefined in this fixture
@@ -367,6 +429,9 @@ def test_vectorised_values_match_the_row_metrics_on_random_cells() -> None:
         breakdown = M.qc_breakdown(qc, qc_ctx)
         for category in M.QC_CATEGORIES:
             assert keyed[(policy, "QC", f"qc_{category}")] == breakdown[category]
+        refusal = M.refusal_scores({c: cells[("m", c, policy)] for c in ctx})
+        for metric, expected in refusal.items():
+            assert keyed[(policy, "pooled", metric)] == pytest.approx(expected)
 
 
 def test_incomplete_or_inconsistent_cells_are_data_errors() -> None:

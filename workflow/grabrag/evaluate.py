@@ -19,9 +19,16 @@ Metrics (``condition`` column in brackets):
   empty.
 * ``hwsa`` [Q0, QC] and ``hwsa_diff`` [QC-Q0]: answer rate on the paired QC-eligible
   subset (questions with a row at both Q0 and QC), and QC - Q0 on it (Table 1, Table 7).
-* ``aurc``, ``ece``, ``ece_15`` [each condition, and ``all`` = the four conditions
-  pooled, Table 10]: see :func:`grabrag.metrics.aurc` (ties averaged) and
-  :func:`grabrag.metrics.ece`; unparseable rows are left out, n = rows scored.
+* ``hwsa`` [QX] and ``hwsa_diff`` [QX-QC]: answer rate at QX on the questions with rows
+  at both QC and QX, and QX - QC on them (paired; QX holds exactly QC's questions).
+* ``aurc``, ``ece``, ``ece_15`` [each condition, and ``all`` = the paper's four
+  conditions Q100, Q50, Q0, QC pooled, Table 10; QX is not pooled in]: see
+  :func:`grabrag.metrics.aurc` (ties averaged) and :func:`grabrag.metrics.ece`;
+  unparseable rows are left out, n = rows scored.
+* ``refusal_precision``, ``refusal_recall``, ``refusal_f1`` [``pooled`` = every
+  condition of the cell, QX included]: EvidentialRAG Eqs. 23-25 with R = abstained and
+  U = a should-abstain condition (Q0, QC, QX); a parse failure is not a refusal; see
+  :func:`grabrag.metrics.refusal_scores`. n = refusals, should-abstain rows, rows.
 * ``qc_answered`` [QC] (count; n = QC rows), ``qc_echo``, ``qc_override``,
   ``qc_hallucination`` (counts; n = answered QC rows; a count over an empty base is 0,
   not NaN, so counts can be summed across cells, and its reason says the base is
@@ -29,8 +36,8 @@ Metrics (``condition`` column in brackets):
   ``qc_override_share``, ``qc_hallucination_share`` (shares of answered QC rows; Table 3,
   Table 9). Matching: :func:`grabrag.metrics.classify_qc_answer`.
 * ``normalised_hwsa`` [QC]: HwSA at QC / Ans@Q100 (all questions), section 6. Policy
-  ``mean`` rows give the paper's per-(model, dataset) form: the mean over policies of
-  HwSA@QC divided by the mean over policies of Ans@Q100 (with ``hwsa`` [QC] and
+  ``mean`` rows give the paper's per-(model, dataset) form: the mean over the paper's
+  policies P0-P4 of HwSA@QC divided by the mean over them of Ans@Q100 (with ``hwsa`` [QC] and
   ``answer_rate`` [Q100] means alongside); the paper then averages the datasets.
 * ``em_eligible``, ``em_excluded``, ``em_gap`` [Q100]: Q100 EM on QC-eligible vs excluded
   questions and their difference (selection bias, section 6).
@@ -84,10 +91,16 @@ COLUMNS = (
     "n",
     "reason",
 )
-CONDITIONS = ("Q100", "Q50", "Q0", "QC")
-POLICY_ORDER = ("P0", "P1", "P2", "P3", "P4")
+CONDITIONS = ("Q100", "Q50", "Q0", "QC", "QX")
+# The paper's four conditions: ``all`` (Table 10's pooled AURC/ECE) pools these only, so
+# adding QX leaves the paper's tables as they were.
+PAPER_CONDITIONS = ("Q100", "Q50", "Q0", "QC")
+POLICY_ORDER = ("P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB")
+PAPER_POLICIES = ("P0", "P1", "P2", "P3", "P4")
 ALL = "all"
+POOLED = "pooled"
 DIFF = "QC-Q0"
+DIFF_QX = "QX-QC"
 MEAN_POLICY = "mean"
 DEFAULT_ECE_BINS = (10, 15)
 
@@ -98,6 +111,7 @@ _NO_SCORED = "no evaluated rows (every row unparseable or without a confidence)"
 _NO_P1 = "no P1 Q100 cell for this model and dataset: the capability set is undefined"
 _EMPTY_CAP = "empty capability set: the model answers no question correctly (EM) at Q100 under P1"
 _NO_PAIR = "no QC-eligible question with rows at both Q0 and QC"
+_NO_PAIR_QX = "no question with rows at both QC and QX"
 _NO_ANSWERED = "no answered QC rows"
 _NO_QC = "no QC rows (no QC-eligible questions)"
 _NO_NORMALISE = "no QC rows, or the Q100 answer rate is 0 (nothing to normalise by)"
@@ -352,6 +366,14 @@ def _pooled(keys: Sequence[str]) -> Fn:
     return pooled
 
 
+def _harmonic_mean(p: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """2PR / (P + R) elementwise: NaN where either is NaN, 0 where both are 0 (Eq. 25)."""
+    p, r = np.asarray(p, dtype=float), np.asarray(r, dtype=float)
+    total = p + r
+    out = np.where(total > 0, 2 * p * r / np.where(total > 0, total, 1.0), 0.0)
+    return np.where(np.isnan(total), np.nan, out)
+
+
 def _positive(x: np.ndarray) -> np.ndarray:
     """NaN where x is 0 (a zero Q100 answer rate cannot normalise)."""
     return np.where(x > 0, x, np.nan)
@@ -407,9 +429,10 @@ def _block(
     for c, cell in cells.items():
         cols[f"{c}.N"], cols[f"{c}.C"] = cell.levels(grid, n)
         groups.append((c, f"{c}.N", f"{c}.C"))
-    if cells:
-        block.derived["all.N"] = _pooled([f"{c}.N" for c in cells])
-        block.derived["all.C"] = _pooled([f"{c}.C" for c in cells])
+    paper = [c for c in cells if c in PAPER_CONDITIONS]
+    if paper:
+        block.derived["all.N"] = _pooled([f"{c}.N" for c in paper])
+        block.derived["all.C"] = _pooled([f"{c}.C" for c in paper])
         groups.append((ALL, "all.N", "all.C"))
     for label, rows_at, correct_at in groups:
 
@@ -444,6 +467,46 @@ def _block(
             lambda t: ratio(t["pair.QC"] - t["pair.Q0"], t["pair"]),
             size,
             _NO_PAIR,
+        )
+
+    # QX vs QC on the questions present in both (issue 8's inter-context conflict).
+    if "QC" in cells and "QX" in cells:
+        pair = cells["QC"].present * cells["QX"].present
+        cols["pairx"] = pair
+        cols["pairx.QC"] = pair * cells["QC"].answered
+        cols["pairx.QX"] = pair * cells["QX"].answered
+        size = _total("pairx")
+        add("hwsa", "QX", _rate("pairx.QX", "pairx"), size, _NO_PAIR_QX)
+        add(
+            "hwsa_diff",
+            DIFF_QX,
+            lambda t: ratio(t["pairx.QX"] - t["pairx.QC"], t["pairx"]),
+            size,
+            _NO_PAIR_QX,
+        )
+
+    # Refusal precision / recall / F1 pooled over every condition of the cell.
+    if cells:
+        refused = [f"{c}.abstained" for c in cells]
+        should = [c for c in cells if c in M.SHOULD_ABSTAIN]
+        block.derived["refusal.R"] = _pooled(refused)
+        block.derived["refusal.all"] = _pooled([f"{c}.present" for c in cells])
+        if should:
+            block.derived["refusal.U"] = _pooled([f"{c}.present" for c in should])
+            block.derived["refusal.RU"] = _pooled([f"{c}.abstained" for c in should])
+        else:
+            block.derived["refusal.U"] = lambda t: np.zeros_like(t["refusal.R"])
+            block.derived["refusal.RU"] = lambda t: np.zeros_like(t["refusal.R"])
+        precision = _rate("refusal.RU", "refusal.R")
+        recall = _rate("refusal.RU", "refusal.U")
+        add("refusal_precision", POOLED, precision, _total("refusal.R"), M.NO_REFUSAL)
+        add("refusal_recall", POOLED, recall, _total("refusal.U"), M.NO_SHOULD_ABSTAIN)
+        add(
+            "refusal_f1",
+            POOLED,
+            lambda t: _harmonic_mean(precision(t), recall(t)),
+            _total("refusal.all"),
+            f"{M.NO_REFUSAL}, or {M.NO_SHOULD_ABSTAIN}",
         )
 
     # Section 6: QC HwSA normalised by the Q100 answer rate (all questions).
@@ -538,7 +601,10 @@ def _mean_block(
     confidence_level: float,
 ) -> list[dict[str, Any]]:
     """Policy-mean HwSA@QC, Ans@Q100 and their ratio (section 6's normalised HwSA)."""
-    chosen = [p for p in policies if "QC" in policies[p] and "Q100" in policies[p]]
+    # The paper's policies only: adding EVID / EVID_CB must not move section 6's mean.
+    chosen = [
+        p for p in policies if p in PAPER_POLICIES and "QC" in policies[p] and "Q100" in policies[p]
+    ]
     if not chosen:
         return []
     qc = [policies[p]["QC"] for p in chosen]

@@ -86,7 +86,9 @@ def answer_rate(rows: Sequence[dict], qids: set[str] | None = None) -> tuple[int
 # * Zero-size cases return a NaN :class:`Value` whose ``reason`` says why, never 0.
 
 SHOULD_ANSWER = ("Q100", "Q50")
-SHOULD_ABSTAIN = ("Q0", "QC")
+# QX (gold passage + swapped twin, issue 8) is should-abstain too: the sources disagree,
+# so a definitive single answer is a failure.
+SHOULD_ABSTAIN = ("Q0", "QC", "QX")
 ANSWER, ABSTAIN = "answer", "abstain"
 CONFIDENCE_SCALE = 100.0
 
@@ -162,7 +164,7 @@ def row_f1(row: Mapping[str, Any], answers: Sequence[str]) -> float:
 
 def row_correct(row: Mapping[str, Any], answers: Sequence[str], condition: str) -> int | None:
     """Correct behaviour for AURC and ECE (Appendix A): answering correctly (EM) at
-    Q100/Q50, abstaining at Q0/QC. None for a row left out of AURC/ECE: unparseable, or
+    Q100/Q50, abstaining at Q0/QC/QX. None for a row left out of AURC/ECE: unparseable, or
     without a numeric confidence."""
     if parse_failed(row) or row.get("confidence") is None:
         return None
@@ -170,7 +172,10 @@ def row_correct(row: Mapping[str, Any], answers: Sequence[str], condition: str) 
         return int(row_em(row, answers) == 1.0)
     if condition in SHOULD_ABSTAIN:
         return int(abstained(row))
-    raise ValueError(f"unknown condition {condition!r}; expected one of Q100, Q50, Q0, QC")
+    raise ValueError(
+        f"unknown condition {condition!r}; expected one of "
+        f"{', '.join(SHOULD_ANSWER + SHOULD_ABSTAIN)}"
+    )
 
 
 def _contains(text: str, targets: Iterable[str]) -> bool:
@@ -308,6 +313,54 @@ def qc_breakdown(
         out[category] = Value(counts[category], n_answered)
         out[f"{category}_share"] = _ratio(counts[category], n_answered, "no answered QC rows")
     return out
+
+
+# --- refusal precision / recall / F1 (EvidentialRAG Eqs. 23-25) -------------------------
+
+NO_REFUSAL = "no abstention in these rows: refusal precision is undefined"
+NO_SHOULD_ABSTAIN = "no row of a should-abstain condition (Q0, QC, QX): refusal recall is undefined"
+
+
+def refusal_f1_from(precision: float, recall: float) -> float:
+    """Eq. 25: the harmonic mean; NaN when either is undefined, 0 when both are 0."""
+    if np.isnan(precision) or np.isnan(recall):
+        return float("nan")
+    if precision + recall == 0:
+        return 0.0
+    return 2 * precision * recall / (precision + recall)
+
+
+def refusal_scores(
+    rows_by_condition: Mapping[str, Sequence[Mapping[str, Any]]],
+) -> dict[str, Value]:
+    """Refusal precision, recall and F1 pooled over the conditions of ``rows_by_condition``
+    (condition -> decision rows).
+
+    R_i = 1 for an abstention (decision "abstain"; a parse failure is not a refusal),
+    U_i = 1 for a row of a should-abstain condition (Q0, QC, QX). Precision = sum(R U) /
+    sum(R) (n = refusals), recall = sum(R U) / sum(U) (n = should-abstain rows), F1 =
+    2PR / (P + R) (n = rows). A zero denominator gives NaN with its reason.
+    """
+    refused = hits = should = total = 0
+    for condition, rows in rows_by_condition.items():
+        if condition not in SHOULD_ANSWER + SHOULD_ABSTAIN:
+            raise ValueError(f"unknown condition {condition!r}")
+        unanswerable = condition in SHOULD_ABSTAIN
+        for row in rows:
+            r = abstained(row)
+            total += 1
+            refused += r
+            should += unanswerable
+            hits += r and unanswerable
+    precision = _ratio(hits, refused, NO_REFUSAL)
+    recall = _ratio(hits, should, NO_SHOULD_ABSTAIN)
+    f1 = refusal_f1_from(float(precision), float(recall))
+    reason = precision.reason or recall.reason
+    return {
+        "refusal_precision": precision,
+        "refusal_recall": recall,
+        "refusal_f1": Value(f1, total) if not np.isnan(f1) else Value.undefined(reason, total),
+    }
 
 
 # --- AURC and ECE ----------------------------------------------------------------------
