@@ -428,3 +428,89 @@ def test_p3_sweep_matches_p3_and_filters_qids() -> None:
     assert rows == [{"threshold": 0.8, "cutoff": 50, "n": 2, "answered": 1, "answer_rate": 0.5}]
     empty = p3_sweep(p1_rows, cb_rows, thresholds=(0.8,), cutoffs=(50,), qids=set())
     assert empty[0]["n"] == 0 and math.isnan(empty[0]["answer_rate"])
+
+
+# --- EVID and EVID_CB ----------------------------------------------------------------------
+
+
+def evid_row(qid, route, decision="answer", answer="Paris", status="ok", policy="EVID", b=None):
+    return {
+        "qid": qid,
+        "index": 0,
+        "condition": "QC",
+        "policy": policy,
+        "route": route,
+        "u_global": {"direct": 0.2, "conflict_aware": 0.5, "abstain": 0.9}[route],
+        "frame": ["Paris", "Lyon"],
+        "fused_b": b if b is not None else [0.62, 0.18],
+        "generator_decision": None if status == "failed" else decision,
+        "generator_answer": None if status == "failed" else answer,
+        "generator_confidence": None if status == "failed" else 95,
+        "parse_status": status,
+    }
+
+
+def test_evid_decisions_follow_the_route() -> None:
+    from grabrag.policies import (
+        CONFLICT_AWARE,
+        EVIDENTIAL_ABSTAIN,
+        EVIDENTIAL_DIRECT,
+        EVIDENTIAL_RULES,
+        GENERATOR_ABSTAINED,
+        evidential_decisions,
+    )
+
+    rows = [
+        evid_row("direct", "direct"),
+        evid_row("gen_abstained", "direct", decision="abstain", answer=""),
+        evid_row("failed", "direct", status="failed"),
+        evid_row("conflict", "conflict_aware"),  # the generator's answer is overruled
+        evid_row("abstain", "abstain", status="failed"),  # a failed parse does not matter
+    ]
+    out = {r["qid"]: r for r in evidential_decisions(rows, "EVID")}
+    assert [r["qid"] for r in evidential_decisions(rows, "EVID")] == [r["qid"] for r in rows]
+    direct = out["direct"]
+    assert (direct["decision"], direct["answer"], direct["rule"]) == (
+        "answer",
+        "Paris",
+        EVIDENTIAL_DIRECT,
+    )
+    # Eq. 27: 100 x the largest fused singleton mass, not the generator's own 95
+    assert direct["confidence"] == pytest.approx(62.0)
+    assert (direct["policy"], direct["route"], direct["u_global"]) == ("EVID", "direct", 0.2)
+    assert out["gen_abstained"]["decision"] == "abstain"
+    assert (out["gen_abstained"]["rule"], out["gen_abstained"]["confidence"]) == (
+        GENERATOR_ABSTAINED,
+        0,
+    )
+    failed = out["failed"]
+    assert (failed["decision"], failed["answer"], failed["confidence"], failed["rule"]) == (
+        None,
+        None,
+        None,
+        PARSE_FAILED,
+    )
+    assert (out["conflict"]["decision"], out["conflict"]["rule"]) == ("abstain", CONFLICT_AWARE)
+    assert out["conflict"]["answer"] == "" and out["conflict"]["confidence"] == 0
+    assert (out["abstain"]["decision"], out["abstain"]["rule"]) == ("abstain", EVIDENTIAL_ABSTAIN)
+    assert {r["rule"] for r in out.values()} <= set(EVIDENTIAL_RULES)
+    # parse failures count as neither an answer nor an abstention downstream
+    assert answer_rate(list(out.values())) == (5, 0.2)
+
+
+def test_evid_cb_dispatch_and_errors() -> None:
+    rows = [evid_row("a", "direct", policy="EVID_CB", b=[0.3, 0.5])]
+    decided = decide("EVID_CB", {"EVID_CB": rows})[0]
+    assert decided["policy"] == "EVID_CB" and decided["confidence"] == pytest.approx(50.0)
+    with pytest.raises(DataError, match="expected 'EVID'"):
+        decide("EVID", {"EVID": rows})
+    with pytest.raises(DataError, match="unknown route"):
+        decide("EVID", {"EVID": [{**evid_row("a", "direct"), "route": "maybe"}]})
+    with pytest.raises(DataError, match="more than once"):
+        decide("EVID", {"EVID": [evid_row("a", "direct"), evid_row("a", "abstain")]})
+    with pytest.raises(DataError, match="'fused_b' is missing"):
+        row = evid_row("a", "direct")
+        del row["fused_b"]
+        decide("EVID", {"EVID": [row]})
+    with pytest.raises(ValueError, match="needs inputs EVID"):
+        decide("EVID", {"P1": []})

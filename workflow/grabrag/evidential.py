@@ -867,6 +867,7 @@ def sweep(
     taus: Sequence[tuple[float, float]] = SWEEP_TAUS,
     extra_sources_by_qid: Mapping[str, Iterable[Evaluation | None]] | None = None,
     ablation_lam: float = LAMBDA,
+    merge_f1: float = 0.8,
 ) -> list[dict[str, Any]]:
     """Decision rows of the lambda x tau grid (Tables 9-10) and the ablations (Table 12),
     from stored evaluations only.
@@ -877,7 +878,8 @@ def sweep(
     row (fused at ``ablation_lam``, always answers; tau1/tau2 None). Every row has qid,
     variant, rule, tau1, tau2, route, decision, answer, confidence, u_global, n_claims
     and mean_conflict (Eq. 14, the same for every row of a question).
-    ``extra_sources_by_qid`` adds sources per question (EVID+CB).
+    ``extra_sources_by_qid`` adds sources per question (EVID+CB); ``merge_f1`` is the
+    claim-alignment threshold (:func:`align_claims`).
     """
     for lam in lams:
         if lam is not None and not 0.0 <= lam <= 1.0:
@@ -887,7 +889,7 @@ def sweep(
     rows: list[dict[str, Any]] = []
     for qid, evaluations in evaluations_by_qid.items():
         extra = (extra_sources_by_qid or {}).get(qid, ())
-        frame, masses = question_masses(evaluations, extra)
+        frame, masses = question_masses(evaluations, extra, merge_f1)
         shared = {"n_claims": len(frame), "mean_conflict": mean_pairwise_conflict(masses)}
         for lam in lams:
             b, u = fuse(masses, lam)

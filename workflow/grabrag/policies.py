@@ -43,6 +43,26 @@ answer "" (the prompt's "leave the answer empty").
 
 Rows are matched by qid. Every question of the P1 cell needs a CB row (and, for P4, an
 NLI row); a missing one is a DataError naming the qids and the kind of file.
+
+* EVID and EVID_CB (EvidentialRAG, :mod:`grabrag.evidential_runs`) read their own rows
+  (``results/evidential/.../{EVID,EVID_CB}.jsonl``: the fused state, the route and the
+  generator's output). The decision follows the route (the seed's refusal definition):
+
+  ==========================================  ==========  ===========  =======================
+  route / generator output                    decision    confidence   rule
+  ==========================================  ==========  ===========  =======================
+  direct, generator output unparseable        None        None         ``parse_failed``
+  direct, generator abstained                 abstain     0            ``generator_abstained``
+  direct, generator answered                  its answer  max fused b  ``evidential_direct``
+  conflict_aware (tau1 <= U_global < tau2)    abstain     0            ``conflict_aware``
+  abstain (U_global >= tau2)                  abstain     0            ``evidential_abstain``
+  ==========================================  ==========  ===========  =======================
+
+  The confidence of an answer is Eq. 27 on the 0-100 scale
+  (:func:`grabrag.evidential.evid_confidence`: 100 x the largest fused singleton mass),
+  not the generator's self-reported one. On the conflict-aware and abstain routes the
+  generator was told to abstain, so its output (parsed or not) does not change the
+  decision.
 """
 
 from __future__ import annotations
@@ -51,9 +71,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .errors import DataError
+from .evidential import ROUTES, evid_confidence
 from .metrics import token_f1
 
-POLICIES = ("P0", "P1", "P2", "P3", "P4")
+POLICIES = ("P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB")
+EVIDENTIAL = ("EVID", "EVID_CB")
 SINGLE_PASS = ("P0", "P1", "P2")
 CLOSED_BOOK = "CB"
 NLI = "NLI"
@@ -64,6 +86,8 @@ POLICY_INPUTS: dict[str, tuple[str, ...]] = {
     "P2": ("P2",),
     "P3": ("P1", CLOSED_BOOK),
     "P4": ("P1", CLOSED_BOOK, NLI),
+    "EVID": ("EVID",),
+    "EVID_CB": ("EVID_CB",),
 }
 
 CONFIDENCE_CUTOFF = 50
@@ -86,6 +110,17 @@ F1_AGREE = "f1_agree"
 F1_CONFLICT = "f1_conflict"
 NLI_CONTRADICTION = "nli_contradiction"
 NLI_CONSISTENT = "nli_consistent"
+EVIDENTIAL_DIRECT = "evidential_direct"
+GENERATOR_ABSTAINED = "generator_abstained"
+CONFLICT_AWARE = "conflict_aware"
+EVIDENTIAL_ABSTAIN = "evidential_abstain"
+EVIDENTIAL_RULES = (
+    EVIDENTIAL_DIRECT,
+    GENERATOR_ABSTAINED,
+    PARSE_FAILED,
+    CONFLICT_AWARE,
+    EVIDENTIAL_ABSTAIN,
+)
 RULES = (
     GENERATED,
     PARSE_FAILED,
@@ -96,6 +131,10 @@ RULES = (
     F1_CONFLICT,
     NLI_CONTRADICTION,
     NLI_CONSISTENT,
+    EVIDENTIAL_DIRECT,
+    GENERATOR_ABSTAINED,
+    CONFLICT_AWARE,
+    EVIDENTIAL_ABSTAIN,
 )
 
 _KINDS = {
@@ -104,6 +143,8 @@ _KINDS = {
     "P2": "P2 generation",
     CLOSED_BOOK: "closed-book (CB) generation",
     NLI: "NLI",
+    "EVID": "EVID (EvidentialRAG)",
+    "EVID_CB": "EVID_CB (EvidentialRAG + closed-book source)",
 }
 
 
@@ -330,6 +371,56 @@ def p4_decisions(
     return [p4_decision(row, cb[row["qid"]], nli[row["qid"]], cutoff) for row in p1_rows]
 
 
+# --- EVID, EVID_CB --------------------------------------------------------------------
+
+
+def evidential_decision(row: Mapping[str, Any], policy: str) -> dict[str, Any]:
+    """The decision row of one EVID / EVID_CB row (table in the module docstring)."""
+    qid = row.get("qid")
+    label = _KINDS[policy]
+    for column in ("qid", "route", "fused_b", "generator_decision", "generator_answer"):
+        if column not in row:
+            raise DataError(f"{label} row for qid {qid}: column {column!r} is missing")
+    if row.get("policy") not in (None, policy):
+        raise DataError(
+            f"{label} rows: qid {qid} comes from {row['policy']!r}, expected {policy!r}; "
+            "the rule was given the wrong evidential file"
+        )
+    route = row["route"]
+    if route not in ROUTES:
+        raise DataError(f"{label} row for qid {qid}: unknown route {route!r}")
+    extra = {"route": route, "u_global": row.get("u_global")}
+    if route == "conflict_aware":
+        return _abstain(row, policy, CONFLICT_AWARE, **extra)
+    if route == "abstain":
+        return _abstain(row, policy, EVIDENTIAL_ABSTAIN, **extra)
+    decision = row["generator_decision"]
+    if decision is None or row.get("parse_status") == "failed":
+        return _parse_failed(row, policy, **extra)
+    if decision == ABSTAIN:
+        return _abstain(row, policy, GENERATOR_ABSTAINED, **extra)
+    if decision != ANSWER or not isinstance(row["generator_answer"], str):
+        raise DataError(f"{label} row for qid {qid}: unknown generator decision {decision!r}")
+    confidence = evid_confidence(row["fused_b"])
+    return _decision_row(
+        row, policy, ANSWER, row["generator_answer"], confidence, EVIDENTIAL_DIRECT, **extra
+    )
+
+
+def evidential_decisions(rows: Sequence[Mapping[str, Any]], policy: str) -> list[dict[str, Any]]:
+    """EVID or EVID_CB for every question of its evidential file, in its order."""
+    if policy not in EVIDENTIAL:
+        raise ValueError(f"{policy!r} is not an evidential policy ({', '.join(EVIDENTIAL)})")
+    seen: set[str] = set()
+    out = []
+    for row in rows:
+        if row.get("qid") in seen:
+            raise DataError(f"{_KINDS[policy]} rows: qid {row['qid']} appears more than once")
+        seen.add(row.get("qid"))
+        out.append(evidential_decision(row, policy))
+    return out
+
+
 # --- one entry point for the rules ----------------------------------------------------
 
 
@@ -347,6 +438,8 @@ def decide(
         raise ValueError(f"policy {policy} needs inputs {', '.join(missing)}")
     if policy in SINGLE_PASS:
         return single_pass_decisions(inputs[policy], policy)
+    if policy in EVIDENTIAL:
+        return evidential_decisions(inputs[policy], policy)
     if policy == "P3":
         return p3_decisions(inputs["P1"], inputs[CLOSED_BOOK], cutoff, threshold)
     return p4_decisions(inputs["P1"], inputs[CLOSED_BOOK], inputs[NLI], cutoff)

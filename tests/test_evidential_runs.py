@@ -1,0 +1,378 @@
+"""EvidentialRAG in the workflow: evaluator and generator loops with a stub LLM (resume,
+accounting), the sweep aggregation and the efficiency summary, on hand-made rows."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from grabrag.errors import DataError
+from grabrag.evidential import EVALUATOR_GRAMMAR, closed_book_evaluation
+from grabrag.evidential_runs import (
+    EVID,
+    EVID_CB,
+    POOLED,
+    SWEEP_COLUMNS,
+    cb_source,
+    efficiency_summary,
+    evaluate_question,
+    evaluation_report,
+    preflight_messages,
+    question_state,
+    read_row_checkpoint,
+    run_evaluations,
+    run_generation,
+    stored_evaluation,
+    sweep_table,
+)
+
+SETTINGS = {"lam": 0.6, "tau1": 0.35, "tau2": 0.65, "merge_f1": 0.8}
+
+
+class Killed(Exception):
+    pass
+
+
+class StubLLM:
+    """Evaluator calls (EVALUATOR_GRAMMAR) judge a passage by a lookup of its text:
+    text -> (value, evidence); generator calls answer the claim the direct route names,
+    and abstain otherwise. ``die_after`` raises after that many calls (a killed job)."""
+
+    def __init__(self, judgements: dict[str, tuple[str, int]], die_after: int | None = None):
+        self.judgements = judgements
+        self.die_after = die_after
+        self.calls: list[tuple[list[dict], str | None, int | None]] = []
+        self.resets = 0
+
+    def reset(self) -> None:
+        self.resets += 1
+
+    def __call__(self, messages, grammar=None, max_tokens=None) -> dict:
+        if self.die_after is not None and len(self.calls) >= self.die_after:
+            raise Killed
+        self.calls.append((messages, grammar, max_tokens))
+        user = messages[-1]["content"]
+        if grammar == EVALUATOR_GRAMMAR:
+            passage = user.split("Passage:\n", 1)[1]
+            value, evidence = self.judgements.get(passage.splitlines()[-1], ("", 0))
+            stance = "supports" if evidence else "irrelevant"
+            raw = json.dumps(
+                {
+                    "claim": f"It is {value}." if value else "",
+                    "value": value,
+                    "stance": stance,
+                    "rationale": "stub",
+                    "evidence": evidence,
+                }
+            )
+        elif "Answer with this highest-mass claim" in user:
+            claim = user.split('The evidence agrees on "', 1)[1].split('"', 1)[0]
+            raw = json.dumps(
+                {"decision": "answer", "answer": claim, "confidence": 80, "reasoning": "r"}
+            )
+        else:
+            raw = json.dumps(
+                {"decision": "abstain", "answer": "", "confidence": 5, "reasoning": "r"}
+            )
+        return {
+            "raw": raw,
+            "finish_reason": "stop",
+            "prompt_tokens": 100,
+            "completion_tokens": 20,
+            "seconds": 0.5,
+        }
+
+
+def context(qid: str, index: int, texts: list[str], condition: str = "QC") -> dict:
+    passages = [
+        {"pid": f"{qid}-{k}", "title": f"T{k}", "text": text, "role": "hard_negative"}
+        for k, text in enumerate(texts)
+    ]
+    return {
+        "qid": qid,
+        "index": index,
+        "condition": condition,
+        "question": f"Where is {qid}?",
+        "answers": ["Paris"],
+        "passages": passages,
+        "context": "\n\n".join(texts),
+    }
+
+
+JUDGEMENTS = {
+    "Paris is it.": ("Paris", 9),
+    "paris again.": ("paris", 8),
+    "Lyon is it.": ("Lyon", 9),
+}
+ROWS = [
+    context("agree", 0, ["Paris is it.", "Nothing here.", "paris again."]),
+    context("misled", 1, ["Nothing here.", "Lyon is it.", "Still nothing."]),
+    context("empty", 2, ["Nothing here.", "Still nothing.", "Nope."]),
+]
+
+
+def _without_seconds(rows):
+    return json.dumps(rows, sort_keys=True).replace("0.5", "S")
+
+
+# --- evaluator pass ------------------------------------------------------------------------
+
+
+def test_evaluate_question_calls_once_per_passage_with_a_growing_inventory() -> None:
+    llm = StubLLM(JUDGEMENTS)
+    row = evaluate_question(llm, ROWS[0], max_tokens=64)
+    assert [e["position"] for e in row["evaluations"]] == [1, 2, 3]
+    assert [e["pid"] for e in row["evaluations"]] == ["agree-0", "agree-1", "agree-2"]
+    assert [e["value"] for e in row["evaluations"]] == ["Paris", "", "paris"]
+    assert [e["evidence"] for e in row["evaluations"]] == [9.0, 0.0, 8.0]
+    # the inventory each call saw: none, then the first claim (a repeat is not added twice)
+    assert [e["inventory"] for e in row["evaluations"]] == [[], ["Paris"], ["Paris"]]
+    assert row["evaluator_passes"] == 3 and row["evaluator_seconds"] == 1.5
+    assert all(grammar == EVALUATOR_GRAMMAR and tokens == 64 for _, grammar, tokens in llm.calls)
+    # the k calls share their prefix: system message, then the question and the rules
+    users = [messages[1]["content"] for messages, _, _ in llm.calls]
+    head = users[0].split("Candidate answers")[0]
+    assert head.startswith("Question: Where is agree?") and all(u.startswith(head) for u in users)
+    assert "Candidate answers already found in other passages:\n- Paris" in users[1]
+    assert users[1].endswith("Passage:\nT1\nNothing here.")
+    entry = row["evaluations"][0]
+    assert set(entry) >= {
+        "position", "pid", "role", "claim", "value", "stance", "rationale", "evidence",
+        "status", "raw", "finish_reason", "prompt_tokens", "completion_tokens", "seconds",
+    }  # fmt: skip
+    assert stored_evaluation(entry).value == "Paris"
+
+
+def test_unparseable_evaluator_output_is_no_evidence() -> None:
+    def broken(messages, grammar=None, max_tokens=None):
+        return {
+            "raw": '{"claim": "x", "val',
+            "finish_reason": "length",
+            "prompt_tokens": 1,
+            "completion_tokens": 1,
+            "seconds": 0.1,
+        }
+
+    row = evaluate_question(broken, ROWS[0], max_tokens=16)
+    assert {e["status"] for e in row["evaluations"]} == {"failed"}
+    assert {e["evidence"] for e in row["evaluations"]} == {0.0}
+    state = question_state(row, None, 0.6, 0.35, 0.65, 0.8)
+    assert (state["route"], state["u_global"], state["frame"]) == ("abstain", 1.0, [])
+    assert evaluation_report([row])["status"] == {"failed": 3}
+
+
+def test_evaluations_resume_redoing_only_the_question_in_flight(tmp_path: Path) -> None:
+    reference = run_evaluations(StubLLM(JUDGEMENTS), lambda: None, ROWS, tmp_path / "a", 64)
+    checkpoint = tmp_path / "b" / ".checkpoint.jsonl"
+    dying = StubLLM(JUDGEMENTS, die_after=4)  # question 0 done (3 calls), question 1 in flight
+    with pytest.raises(Killed):
+        run_evaluations(dying, dying.reset, ROWS, checkpoint, 64)
+    assert list(read_row_checkpoint(checkpoint)) == [("agree",)]
+    with checkpoint.open("a") as handle:
+        handle.write('{"qid": "misl')  # a torn line from the kill
+    resumed = StubLLM(JUDGEMENTS)
+    rows = run_evaluations(resumed, resumed.reset, ROWS, checkpoint, 64)
+    assert len(resumed.calls) == 6 and resumed.resets == 2  # questions 1 and 2 only
+    assert _without_seconds(rows) == _without_seconds(reference)
+    assert [r["qid"] for r in rows] == ["agree", "misled", "empty"]
+
+
+def test_preflight_reserves_a_full_inventory() -> None:
+    calls = list(preflight_messages(ROWS[0], max_tokens=10))
+    assert len(calls) == 3
+    assert calls[0][1][1]["content"].count("- x x x x x x x x x x") == 2  # k - 1 candidates
+
+
+# --- fusion, routing and the generator pass ------------------------------------------------
+
+
+def _evaluations():
+    llm = StubLLM(JUDGEMENTS)
+    return [evaluate_question(llm, row, 64) for row in ROWS]
+
+
+CB = [
+    {
+        "qid": "agree",
+        "decision": "answer",
+        "answer": "Paris",
+        "confidence": 90,
+        "parse_status": "ok",
+    },
+    {
+        "qid": "misled",
+        "decision": "answer",
+        "answer": "Paris",
+        "confidence": 90,
+        "parse_status": "ok",
+    },
+    {
+        "qid": "empty",
+        "decision": None,
+        "answer": None,
+        "confidence": None,
+        "parse_status": "failed",
+    },
+]
+
+
+def test_question_state_and_the_closed_book_source() -> None:
+    agree, misled, empty = _evaluations()
+    state = question_state(agree, None, 0.6, 0.35, 0.65, 0.8)
+    assert state["frame"] == ["Paris"] and state["route"] == "direct"
+    assert state["n_sources"] == 3 and sum(state["fused_b"]) + state["u_global"] == pytest.approx(1)
+    # a lone misleading passage is confident on its own ...
+    alone = question_state(misled, None, 0.6, 0.35, 0.65, 0.8)
+    assert alone["frame"] == ["Lyon"] and alone["route"] == "direct"
+    # ... and meets the closed-book answer as conflict under EVID_CB
+    source = cb_source(CB[1])
+    assert source == closed_book_evaluation("Paris", 90, "answer")
+    with_cb = question_state(misled, source, 0.6, 0.35, 0.65, 0.8)
+    assert with_cb["frame"] == ["Lyon", "Paris"] and with_cb["n_sources"] == 4
+    assert with_cb["route"] != "direct" and with_cb["mean_conflict"] > 0
+    assert cb_source(CB[2]) is None
+    assert question_state(empty, None, 0.6, 0.35, 0.65, 0.8)["route"] == "abstain"
+
+
+def test_generation_rows_routes_and_accounting(tmp_path: Path) -> None:
+    evaluations = _evaluations()
+    llm = StubLLM(JUDGEMENTS)
+    out = run_generation(
+        llm, llm.reset, ROWS, evaluations, CB, (EVID, EVID_CB), SETTINGS, tmp_path / "c"
+    )
+    assert len(llm.calls) == 6 and llm.resets == 3  # one call per question and variant
+    assert all(grammar is None and tokens is None for _, grammar, tokens in llm.calls)
+    evid = {r["qid"]: r for r in out[EVID]}
+    evid_cb = {r["qid"]: r for r in out[EVID_CB]}
+    assert evid["agree"]["route"] == "direct" and evid["agree"]["generator_answer"] == "Paris"
+    assert evid["misled"]["route"] == "direct" and evid["misled"]["generator_answer"] == "Lyon"
+    assert evid_cb["misled"]["route"] in ("conflict_aware", "abstain")
+    assert evid_cb["misled"]["generator_decision"] == "abstain"
+    assert evid_cb["misled"]["cb_source"] == {"value": "Paris", "evidence": 9.0}
+    assert evid_cb["empty"]["cb_source"] is None and "cb_source" not in evid["empty"]
+    row = evid["agree"]
+    assert (row["evaluator_passes"], row["logical_decisions"], row["executed_passes"]) == (3, 4, 4)
+    assert (row["evaluator_seconds"], row["generator_seconds"], row["seconds"]) == (1.5, 0.5, 2.0)
+    assert row["policy"] == EVID and row["condition"] == "QC" and row["parse_status"] == "ok"
+    # the two variants of a question share the context prefix (run back to back)
+    first, second = (llm.calls[k][0][1]["content"] for k in (2, 3))
+    assert first.split("Evidence summary")[0] == second.split("Evidence summary")[0]
+
+
+def test_generation_resumes_and_checks_its_inputs(tmp_path: Path) -> None:
+    evaluations = _evaluations()
+    checkpoint = tmp_path / ".checkpoint.jsonl"
+    reference = run_generation(
+        StubLLM({}), lambda: None, ROWS, evaluations, CB, (EVID, EVID_CB), SETTINGS, tmp_path / "r"
+    )
+    dying = StubLLM({}, die_after=3)  # question 0 done, question 1 half done
+    with pytest.raises(Killed):
+        run_generation(
+            dying, dying.reset, ROWS, evaluations, CB, (EVID, EVID_CB), SETTINGS, checkpoint
+        )
+    resumed = StubLLM({})
+    out = run_generation(
+        resumed, resumed.reset, ROWS, evaluations, CB, (EVID, EVID_CB), SETTINGS, checkpoint
+    )
+    assert len(resumed.calls) == 4  # question 1 redone whole, then question 2
+    assert _without_seconds(out) == _without_seconds(reference)
+    with pytest.raises(DataError, match="no evaluation row for qid empty"):
+        run_generation(StubLLM({}), lambda: None, ROWS, evaluations[:2], CB, (EVID,), SETTINGS,
+                       tmp_path / "x")  # fmt: skip
+    short = [dict(evaluations[0], evaluations=evaluations[0]["evaluations"][:2]), *evaluations[1:]]
+    with pytest.raises(DataError, match="2 evaluations for 3 passages"):
+        run_generation(StubLLM({}), lambda: None, ROWS, short, CB, (EVID,), SETTINGS,
+                       tmp_path / "y")  # fmt: skip
+    with pytest.raises(ValueError, match="closed-book"):
+        run_generation(StubLLM({}), lambda: None, ROWS, evaluations, None, (EVID_CB,), SETTINGS,
+                       tmp_path / "z")  # fmt: skip
+
+
+# --- sweep aggregation ---------------------------------------------------------------------
+
+
+def test_sweep_table_grid_and_hand_computed_values() -> None:
+    llm = StubLLM(JUDGEMENTS)
+    q100 = [
+        evaluate_question(llm, context("a", 0, ["Paris is it.", "paris again."], "Q100"), 64),
+    ]
+    q0 = [evaluate_question(llm, context("a", 0, ["Nothing here.", "Nope."], "Q0"), 64)]
+    gold = {"Q100": {"a": ["Paris"]}, "Q0": {"a": ["Paris"]}}
+    cb = [{"qid": "a", "decision": "answer", "answer": "Paris", "confidence": 90}]
+    rows = sweep_table({"Q100": q100, "Q0": q0}, gold, cb)
+    settings_per_policy = 5 * 3 + 3 + 1  # lambda x tau, no_fusion x tau, no_routing
+    assert len(rows) == 2 * settings_per_policy * 3  # (Q100, Q0, pooled) x (EVID, EVID_CB)
+    assert all(set(r) == set(SWEEP_COLUMNS) for r in rows)
+    assert {r["rule"] for r in rows if r["variant"] == "evid"} == {
+        "dempster",
+        "0",
+        "0.3",
+        "0.6",
+        "1",
+    }
+    key = {(r["policy"], r["variant"], r["rule"], r["tau1"], r["condition"]): r for r in rows}
+    at_q100 = key[(EVID, "evid", "0.6", 0.35, "Q100")]
+    assert (at_q100["n"], at_q100["answered"], at_q100["answer_rate"], at_q100["em"]) == (
+        1,
+        1,
+        1.0,
+        1.0,
+    )
+    at_q0 = key[(EVID, "evid", "0.6", 0.35, "Q0")]
+    assert (at_q0["answer_rate"], at_q0["abstain_rate"]) == (0.0, 1.0)
+    # Q100 fuses (9/10, 1/10) with (8/9, 1/9): b = 1 - 1/90, confidence 98.9 -> bin 14 of
+    # 15, |1 - 14.5/15|; Q0 abstains with confidence 0 (correct): |1 - 0.5/15|
+    assert at_q100["ece_15"] == pytest.approx(1 / 30)
+    assert at_q0["ece_15"] == pytest.approx(29 / 30)
+    pooled = key[(EVID, "evid", "0.6", 0.35, POOLED)]
+    assert (pooled["n"], pooled["refusal_precision"], pooled["refusal_recall"]) == (2, 1.0, 1.0)
+    assert pooled["refusal_f1"] == 1.0 and pooled["ece_15"] == pytest.approx(0.5)
+    assert math.isnan(at_q100["refusal_f1"]) and pooled["reason"] is None
+    # without routing every question with a claim is answered; an empty frame abstains
+    no_routing = key[(EVID, "no_routing", "0.6", None, POOLED)]
+    assert no_routing["answer_rate"] == 0.5
+    # Dempster at the strictest thresholds still answers the agreeing question
+    assert key[(EVID, "evid", "dempster", 0.5, "Q100")]["answer_rate"] == 1.0
+    # EVID_CB without routing answers the closed-book claim at Q0 too: no refusal at all,
+    # so refusal precision is undefined and says why
+    cb_no_routing = key[(EVID_CB, "no_routing", "0.6", None, POOLED)]
+    assert cb_no_routing["answer_rate"] == 1.0 and math.isnan(cb_no_routing["refusal_precision"])
+    assert "no abstention" in cb_no_routing["reason"]
+    only_q100 = sweep_table({"Q100": q100}, gold, None)
+    assert {r["policy"] for r in only_q100} == {EVID}
+    dead = [r for r in only_q100 if r["condition"] == POOLED and r["variant"] == "evid"][0]
+    assert math.isnan(dead["refusal_precision"]) and "no abstention" in dead["reason"]
+
+
+# --- efficiency ------------------------------------------------------------------------------
+
+
+def test_efficiency_summary_numbers() -> None:
+    p1 = [{"seconds": 1.0}, {"seconds": 3.0}]
+    evid = [
+        {"seconds": 4.0, "evaluator_seconds": 3.0, "generator_seconds": 1.0,
+         "logical_decisions": 6, "executed_passes": 6},
+        {"seconds": 6.0, "evaluator_seconds": 5.0, "generator_seconds": 1.0,
+         "logical_decisions": 6, "executed_passes": 6},
+    ]  # fmt: skip
+    cb = [{"seconds": 0.5}, {"seconds": 1.5}]
+    reports = [{"peak_memory_mb": 300.0}, {"peak_memory_mb": 512.5}]
+    summary = efficiency_summary(p1, {EVID: evid, EVID_CB: evid}, cb, reports)
+    p1_entry, evid_entry = summary["policies"]["P1"], summary["policies"][EVID]
+    assert p1_entry["seconds_per_query"] == 2.0 and p1_entry["relative_cost"] == 1.0
+    assert (p1_entry["logical_decisions"], p1_entry["executed_passes"]) == (1.0, 1.0)
+    assert p1_entry["peak_memory_mb"] is None
+    assert evid_entry["seconds_per_query"] == 5.0 and evid_entry["relative_cost"] == 2.5
+    assert evid_entry["evaluator_seconds_per_query"] == 4.0
+    assert (evid_entry["logical_decisions"], evid_entry["executed_passes"]) == (6.0, 6.0)
+    assert evid_entry["peak_memory_mb"] == 512.5
+    assert summary["policies"][EVID_CB]["reused_cb_seconds_per_query"] == 1.0
+    assert "reused_cb_seconds_per_query" not in evid_entry
+    # no P1 timing: relative cost undefined (None in the JSON), never a division by zero
+    empty = efficiency_summary([], {EVID: evid}, cb, [])
+    assert empty["policies"]["P1"]["seconds_per_query"] is None
+    assert empty["policies"][EVID]["relative_cost"] is None
+    assert empty["policies"][EVID]["peak_memory_mb"] is None

@@ -1,0 +1,671 @@
+"""EvidentialRAG in the workflow: the evaluator and generator loops, their stored rows, the
+lambda / tau sweep tables and the efficiency summary (issue 8).
+
+:mod:`grabrag.evidential` holds the method (masses, fusion, evaluator contract, routing);
+this module runs it over context rows and turns stored outputs into tables. The LLM is
+passed in as a ``complete(messages, grammar, max_tokens)`` callable
+(:meth:`grabrag.generation.LlamaGenerator.complete`), so everything here is testable with
+a stub and loads no model itself.
+
+Stored files (``results/evidential/<model>/<dataset>/<condition>/``):
+
+* ``evaluations.jsonl``: one row per question: ``qid, index, condition, evaluations``
+  (one entry per passage, in context order: ``position, pid, role, claim, value, stance,
+  rationale, evidence, status, raw, finish_reason, prompt_tokens, completion_tokens,
+  seconds``), ``evaluator_seconds`` and ``evaluator_passes``.
+* ``EVID.jsonl`` / ``EVID_CB.jsonl``: one row per question (:func:`evidential_row`).
+
+LLM-call accounting (EvidentialRAG section 3.6, Table 11): a question with k passages
+makes k logical evaluator decisions and one generator decision (k + 1). The paper runs
+the k evaluator decisions as one batched pass; llama-cpp-python cannot batch several
+sequences in one call, so here they run back to back (sharing the KV cache of their
+common prefix: system message, question, rules) and are counted as k executed passes:
+``executed_passes`` = k + 1. EVID_CB adds the closed-book (CB) answer as one more
+evidence source; the CB pass is the generation stage's existing ``Qclosed/CB`` cell,
+shared with P3 and P4, so it adds no logical decision and no executed pass here (its
+latency is reported on its own in the efficiency summary).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from . import evidential as E
+from . import metrics as M
+from .errors import DataError
+from .generation import PARSE_FAILED, Progress, parse_output
+
+EVID, EVID_CB = "EVID", "EVID_CB"
+VARIANTS = (EVID, EVID_CB)
+DISPLAY_NAMES = {EVID: "EVID", EVID_CB: "EVID+CB"}
+POOLED = "pooled"
+ECE_BINS = 15
+
+# complete(messages, grammar, max_tokens) -> {raw, finish_reason, prompt_tokens,
+# completion_tokens, seconds}; grammar None = the paper's answer grammar.
+Complete = Callable[..., dict[str, Any]]
+
+
+def peak_memory_mb() -> float:
+    """Peak resident memory of this process in MiB (ru_maxrss is KiB on Linux)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+# =====================================================================================
+# Evaluator pass
+# =====================================================================================
+
+
+def evaluator_passage(passage: Mapping[str, Any]) -> str:
+    """The passage as the evaluator sees it: title line (when there is one) and text."""
+    title = str(passage.get("title") or "").strip()
+    return f"{title}\n{passage['text']}" if title else str(passage["text"])
+
+
+def gives_evidence(evaluation: E.Evaluation) -> bool:
+    """A judgement that puts a claim into the frame (as :func:`evidential.question_masses`)."""
+    return evaluation.evidence > 0 and evaluation.stance != "irrelevant"
+
+
+def add_to_inventory(inventory: list[str], evaluation: E.Evaluation) -> None:
+    """The candidate-claim inventory the next passage's evaluator sees: the values already
+    extracted, with evidence, from earlier passages of the question (no repeats after
+    SQuAD normalisation)."""
+    if not gives_evidence(evaluation):
+        return
+    seen = {M.normalize_answer(v) for v in inventory}
+    if M.normalize_answer(evaluation.value) not in seen:
+        inventory.append(evaluation.value.strip())
+
+
+def stored_evaluation(entry: Mapping[str, Any]) -> E.Evaluation:
+    """An :class:`evidential.Evaluation` back from a stored entry."""
+    return E.Evaluation(
+        claim=entry["claim"],
+        value=entry["value"],
+        stance=entry["stance"],
+        rationale=entry["rationale"],
+        evidence=float(entry["evidence"]),
+        status=entry["status"],
+    )
+
+
+def evaluate_question(
+    complete: Complete, row: Mapping[str, Any], max_tokens: int
+) -> dict[str, Any]:
+    """Evaluate every passage of one context row, in context order (k calls back to back;
+    the inventory grows as claims are found)."""
+    inventory: list[str] = []
+    entries = []
+    for position, passage in enumerate(row["passages"], start=1):
+        messages = E.evaluator_messages(row["question"], evaluator_passage(passage), inventory)
+        result = complete(messages, E.EVALUATOR_GRAMMAR, max_tokens)
+        evaluation = E.parse_evaluation(result["raw"], result["finish_reason"])
+        entries.append(
+            {
+                "position": position,
+                "pid": passage.get("pid"),
+                "role": passage.get("role"),
+                "claim": evaluation.claim,
+                "value": evaluation.value,
+                "stance": evaluation.stance,
+                "rationale": evaluation.rationale,
+                "evidence": evaluation.evidence,
+                "status": evaluation.status,
+                "inventory": list(inventory),
+                "raw": result["raw"],
+                "finish_reason": result["finish_reason"],
+                "prompt_tokens": result["prompt_tokens"],
+                "completion_tokens": result["completion_tokens"],
+                "seconds": result["seconds"],
+            }
+        )
+        add_to_inventory(inventory, evaluation)
+    return {
+        "qid": row["qid"],
+        "index": row["index"],
+        "condition": row["condition"],
+        "evaluations": entries,
+        "evaluator_seconds": round(sum(e["seconds"] for e in entries), 3),
+        "evaluator_passes": len(entries),
+    }
+
+
+def preflight_messages(
+    row: Mapping[str, Any], max_tokens: int
+) -> Iterable[tuple[str, list[dict[str, str]]]]:
+    """(label, messages) for the evaluator preflight: each passage with the largest
+    inventory it can meet (every earlier passage naming a value of max_tokens tokens)."""
+    # Distinct strings: the prompt lists each candidate once.
+    filler = [f"{'x ' * max_tokens}{j}" for j in range(max(len(row["passages"]) - 1, 0))]
+    for position, passage in enumerate(row["passages"], start=1):
+        yield (
+            f"question {row['qid']} passage {position} (with a full claim inventory)",
+            E.evaluator_messages(row["question"], evaluator_passage(passage), filler),
+        )
+
+
+def read_row_checkpoint(path: Path, key: Sequence[str] = ("qid",)) -> dict[tuple, dict[str, Any]]:
+    """Finished rows from a checkpoint, keyed by ``key`` columns; a torn last line (a job
+    killed mid-write) is ignored."""
+    done: dict[tuple, dict[str, Any]] = {}
+    if not path.exists():
+        return done
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                break
+            done[tuple(row[k] for k in key)] = row
+    return done
+
+
+def _append(handle: IO[str], row: Mapping[str, Any]) -> None:
+    handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    handle.flush()
+    os.fsync(handle.fileno())
+
+
+def run_evaluations(
+    complete: Complete,
+    reset: Callable[[], None],
+    context_rows: Sequence[Mapping[str, Any]],
+    checkpoint: Path,
+    max_tokens: int,
+    progress: Progress | None = None,
+) -> list[dict[str, Any]]:
+    """Evaluation rows for every question, resuming from ``checkpoint`` (one line per
+    finished question, so a killed job redoes at most the question in flight). The KV
+    cache is reset before each question, so a resumed run computes what an uninterrupted
+    one does. The checkpoint is left in place; the caller removes it once the output is
+    written."""
+    done = read_row_checkpoint(checkpoint)
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    with checkpoint.open("a", encoding="utf-8") as handle:
+        for row in context_rows:
+            k = len(row["passages"])
+            if (row["qid"],) in done:
+                if progress:
+                    for position in range(1, k + 1):
+                        progress.step(f"{row['qid']} passage {position} (from checkpoint)")
+                continue
+            reset()
+            out = evaluate_question(_stepping(complete, progress, row["qid"]), row, max_tokens)
+            done[(row["qid"],)] = out
+            _append(handle, out)
+    return [done[(row["qid"],)] for row in context_rows]
+
+
+def _stepping(complete: Complete, progress: Progress | None, qid: str) -> Complete:
+    if progress is None:
+        return complete
+    calls = 0
+
+    def wrapped(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        nonlocal calls
+        result = complete(*args, **kwargs)
+        calls += 1
+        progress.step(f"{qid} passage {calls}")
+        return result
+
+    return wrapped
+
+
+def evaluation_report(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Counts of one evaluations file: statuses, stances, passes, seconds."""
+    entries = [e for r in rows for e in r["evaluations"]]
+    return {
+        "questions": len(rows),
+        "evaluator_passes": len(entries),
+        "status": dict(Counter(e["status"] for e in entries)),
+        "stance": dict(Counter(e["stance"] or "(failed)" for e in entries)),
+        "with_evidence": sum(stored_evaluation(e).evidence > 0 for e in entries),
+        "finish_reasons": dict(Counter(str(e["finish_reason"]) for e in entries)),
+        "completion_tokens": sum(e["completion_tokens"] for e in entries),
+        "seconds": round(sum(e["seconds"] for e in entries), 3),
+    }
+
+
+# =====================================================================================
+# Fusion, routing and the generator pass
+# =====================================================================================
+
+
+def cb_source(cb_row: Mapping[str, Any] | None) -> E.Evaluation | None:
+    """The closed-book answer as an evidence source (None: no CB answer to use)."""
+    if cb_row is None or cb_row.get("parse_status") == PARSE_FAILED:
+        return None
+    return E.closed_book_evaluation(
+        cb_row.get("answer"), cb_row.get("confidence"), cb_row.get("decision")
+    )
+
+
+def question_state(
+    evaluation_row: Mapping[str, Any],
+    extra: E.Evaluation | None,
+    lam: float | None,
+    tau1: float,
+    tau2: float,
+    merge_f1: float,
+) -> dict[str, Any]:
+    """Frame, fused masses (Eqs. 7-13), mean pairwise conflict (Eq. 14) and route (Eq. 15)
+    of one question from its stored evaluations (+ ``extra``, the CB source of EVID_CB)."""
+    evaluations = [stored_evaluation(e) for e in evaluation_row["evaluations"]]
+    frame, masses = E.question_masses(evaluations, [extra], merge_f1)
+    b, u = E.fuse(masses, lam)
+    return {
+        "route": E.route(u, tau1, tau2),
+        "u_global": float(u),
+        "frame": list(frame),
+        "fused_b": [float(x) for x in b],
+        "mean_conflict": float(E.mean_pairwise_conflict(masses)),
+        "n_sources": len(masses),
+    }
+
+
+def _by_qid(rows: Sequence[Mapping[str, Any]], kind: str) -> dict[str, Mapping[str, Any]]:
+    out: dict[str, Mapping[str, Any]] = {}
+    for row in rows:
+        if row["qid"] in out:
+            raise DataError(f"{kind} rows: qid {row['qid']} appears more than once")
+        out[row["qid"]] = row
+    return out
+
+
+def _matched(
+    context_rows: Sequence[Mapping[str, Any]],
+    evaluation_rows: Sequence[Mapping[str, Any]],
+    cb_rows: Sequence[Mapping[str, Any]] | None,
+) -> tuple[dict[str, Mapping[str, Any]], dict[str, Mapping[str, Any]]]:
+    evaluations = _by_qid(evaluation_rows, "evaluation")
+    cb = _by_qid(cb_rows or [], "closed-book (CB)")
+    missing = [r["qid"] for r in context_rows if r["qid"] not in evaluations]
+    if missing:
+        raise DataError(
+            f"no evaluation row for qid {', '.join(missing[:5])} ({len(missing)} questions); "
+            "the evaluations file does not match the contexts, rerun evidential_evaluate"
+        )
+    if cb_rows is not None:
+        missing = [r["qid"] for r in context_rows if r["qid"] not in cb]
+        if missing:
+            raise DataError(
+                f"no closed-book (CB) row for qid {', '.join(missing[:5])}; rerun the CB cell"
+            )
+    for row in context_rows:
+        passages = len(row["passages"])
+        stored = len(evaluations[row["qid"]]["evaluations"])
+        if stored != passages:
+            raise DataError(
+                f"qid {row['qid']}: {stored} evaluations for {passages} passages; rerun "
+                "evidential_evaluate"
+            )
+    return evaluations, cb
+
+
+def plan_question(
+    context_row: Mapping[str, Any],
+    evaluation_row: Mapping[str, Any],
+    cb_row: Mapping[str, Any] | None,
+    variant: str,
+    settings: Mapping[str, float],
+) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """The fused state of one question under ``variant`` and its route prompt."""
+    extra = cb_source(cb_row) if variant == EVID_CB else None
+    state = question_state(
+        evaluation_row,
+        extra,
+        settings["lam"],
+        settings["tau1"],
+        settings["tau2"],
+        settings["merge_f1"],
+    )
+    if variant == EVID_CB:
+        state["cb_source"] = (
+            None if extra is None else {"value": extra.value, "evidence": extra.evidence}
+        )
+    messages = E.route_messages(
+        state["route"],
+        context_row["question"],
+        context_row["context"],
+        state["frame"],
+        state["fused_b"],
+        state["u_global"],
+    )
+    return state, messages
+
+
+def evidential_row(
+    context_row: Mapping[str, Any],
+    evaluation_row: Mapping[str, Any],
+    variant: str,
+    state: Mapping[str, Any],
+    result: Mapping[str, Any],
+) -> dict[str, Any]:
+    """One EVID / EVID_CB row: the fused state, the generator's parsed output and the
+    call accounting (module docstring)."""
+    parsed = parse_output(result["raw"], result["finish_reason"])
+    k = int(evaluation_row["evaluator_passes"])
+    evaluator_seconds = float(evaluation_row["evaluator_seconds"])
+    return {
+        "qid": context_row["qid"],
+        "index": context_row["index"],
+        "condition": context_row["condition"],
+        "policy": variant,
+        **state,
+        "generator_decision": parsed.decision,
+        "generator_answer": parsed.answer,
+        "generator_confidence": parsed.confidence,
+        "reasoning": parsed.reasoning,
+        "parse_status": parsed.status,
+        "raw": result["raw"],
+        "finish_reason": result["finish_reason"],
+        "prompt_tokens": result["prompt_tokens"],
+        "completion_tokens": result["completion_tokens"],
+        "generator_seconds": result["seconds"],
+        "evaluator_seconds": evaluator_seconds,
+        "seconds": round(evaluator_seconds + float(result["seconds"]), 3),
+        "evaluator_passes": k,
+        "logical_decisions": k + 1,
+        "executed_passes": k + 1,
+    }
+
+
+def run_generation(
+    complete: Complete,
+    reset: Callable[[], None],
+    context_rows: Sequence[Mapping[str, Any]],
+    evaluation_rows: Sequence[Mapping[str, Any]],
+    cb_rows: Sequence[Mapping[str, Any]] | None,
+    variants: Sequence[str],
+    settings: Mapping[str, float],
+    checkpoint: Path,
+    progress: Progress | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """One generator call per question per variant (the route's prompt, the paper's JSON
+    answer grammar), resuming from ``checkpoint``; rows per variant in question order.
+
+    The variants of one question run back to back after a KV-cache reset (they share the
+    context prefix); a question in flight when the job was killed is redone whole."""
+    for variant in variants:
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown evidential variant {variant!r}")
+    if EVID_CB in variants and cb_rows is None:
+        raise ValueError("EVID_CB needs the closed-book (CB) rows")
+    evaluations, cb = _matched(context_rows, evaluation_rows, cb_rows)
+    done = read_row_checkpoint(checkpoint, ("qid", "policy"))
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    with checkpoint.open("a", encoding="utf-8") as handle:
+        for row in context_rows:
+            qid = row["qid"]
+            pending = [v for v in variants if (qid, v) not in done]
+            if pending and len(pending) < len(variants):
+                pending = list(variants)
+            if pending:
+                reset()
+            for variant in pending:
+                state, messages = plan_question(
+                    row, evaluations[qid], cb.get(qid), variant, settings
+                )
+                result = complete(messages, None, None)
+                out = evidential_row(row, evaluations[qid], variant, state, result)
+                done[(qid, variant)] = out
+                _append(handle, out)
+                if progress:
+                    progress.step(f"{qid} {variant} ({state['route']})")
+            if not pending and progress:
+                for variant in variants:
+                    progress.step(f"{qid} {variant} (from checkpoint)")
+    return {v: [done[(row["qid"], v)] for row in context_rows] for v in variants}
+
+
+def generation_preflight(
+    context_rows: Sequence[Mapping[str, Any]],
+    evaluation_rows: Sequence[Mapping[str, Any]],
+    cb_rows: Sequence[Mapping[str, Any]] | None,
+    variants: Sequence[str],
+    settings: Mapping[str, float],
+) -> Iterable[tuple[str, list[dict[str, str]]]]:
+    """(label, messages) of every generator call, for the prompt-length preflight."""
+    evaluations, cb = _matched(context_rows, evaluation_rows, cb_rows)
+    for row in context_rows:
+        for variant in variants:
+            _, messages = plan_question(
+                row, evaluations[row["qid"]], cb.get(row["qid"]), variant, settings
+            )
+            yield f"question {row['qid']} ({variant})", messages
+
+
+def generation_report(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    return {
+        "questions": len(rows),
+        "routes": {r: sum(row["route"] == r for row in rows) for r in E.ROUTES},
+        "parse_status": dict(Counter(row["parse_status"] for row in rows)),
+        "generator_decisions": dict(Counter(str(row["generator_decision"]) for row in rows)),
+        "generator_seconds": round(sum(row["generator_seconds"] for row in rows), 3),
+        "completion_tokens": sum(row["completion_tokens"] for row in rows),
+    }
+
+
+# =====================================================================================
+# Sweeps from stored evaluations (no LLM call)
+# =====================================================================================
+
+SWEEP_COLUMNS = (
+    "policy",
+    "variant",
+    "rule",
+    "tau1",
+    "tau2",
+    "condition",
+    "n",
+    "answered",
+    "answer_rate",
+    "abstain_rate",
+    "em",
+    "f1",
+    "ece_15",
+    "refusal_precision",
+    "refusal_recall",
+    "refusal_f1",
+    "reason",
+)
+
+
+def _rule_label(rule: Any) -> str:
+    return rule if isinstance(rule, str) else f"{float(rule):g}"
+
+
+def sweep_table(
+    evaluations: Mapping[str, Sequence[Mapping[str, Any]]],
+    gold: Mapping[str, Mapping[str, Sequence[str]]],
+    cb_rows: Sequence[Mapping[str, Any]] | None,
+    lams: Sequence[float | None] = E.SWEEP_LAMS,
+    taus: Sequence[tuple[float, float]] = E.SWEEP_TAUS,
+    ablation_lam: float = E.LAMBDA,
+    merge_f1: float = 0.8,
+) -> list[dict[str, Any]]:
+    """The lambda x tau grid and the ablations (:func:`evidential.sweep`) for EVID and (with
+    ``cb_rows``) EVID_CB, aggregated per setting and condition, from stored evaluations.
+
+    ``evaluations``: condition -> evaluation rows; ``gold``: condition -> qid -> gold
+    aliases. A sweep decision answers with the top fused claim (no generator call).
+    One row per (policy, variant, rule, tau1, tau2, condition) with n, answered,
+    answer_rate, abstain_rate, EM, F1 (vs gold; at should-abstain conditions EM/F1 are
+    still reported) and 15-bin ECE (correct = EM 1 at Q100/Q50, abstention at
+    Q0/QC/QX); then one ``pooled`` row per setting over every condition with the refusal
+    precision / recall / F1 (Eqs. 23-25) and the pooled ECE. NaN values carry a reason.
+    """
+    cb = {r["qid"]: cb_source(r) for r in cb_rows} if cb_rows is not None else None
+    policies = [EVID] + ([EVID_CB] if cb is not None else [])
+    out: list[dict[str, Any]] = []
+    for policy in policies:
+        settings: dict[tuple, dict[str, list[dict[str, Any]]]] = {}
+        for condition, rows in evaluations.items():
+            by_qid = {r["qid"]: [stored_evaluation(e) for e in r["evaluations"]] for r in rows}
+            extra = None
+            if policy == EVID_CB:
+                missing = [q for q in by_qid if q not in cb]
+                if missing:
+                    raise DataError(f"no closed-book (CB) row for qid {', '.join(missing[:5])}")
+                extra = {q: [cb[q]] for q in by_qid}
+            for decision in E.sweep(by_qid, lams, taus, extra, ablation_lam, merge_f1):
+                key = (
+                    decision["variant"],
+                    _rule_label(decision["rule"]),
+                    decision["tau1"],
+                    decision["tau2"],
+                )
+                settings.setdefault(key, {}).setdefault(condition, []).append(decision)
+        for (variant, rule, tau1, tau2), by_condition in settings.items():
+            head = {"policy": policy, "variant": variant, "rule": rule, "tau1": tau1, "tau2": tau2}
+            for condition, decisions in by_condition.items():
+                out.append({**head, **_aggregate(condition, decisions, gold[condition])})
+            out.append({**head, **_pooled(by_condition, gold)})
+    return out
+
+
+def _ece(pairs: Sequence[tuple[float, int]]) -> M.Value:
+    return M.ece([c for c, _ in pairs], [y for _, y in pairs], ECE_BINS)
+
+
+def _scored(
+    condition: str, decisions: Sequence[Mapping[str, Any]], gold: Mapping[str, Sequence[str]]
+):
+    pairs = []
+    for row in decisions:
+        y = M.row_correct(row, gold[row["qid"]], condition)
+        if y is not None:
+            pairs.append((float(row["confidence"]), y))
+    return pairs
+
+
+def _aggregate(
+    condition: str, decisions: Sequence[Mapping[str, Any]], gold: Mapping[str, Sequence[str]]
+) -> dict[str, Any]:
+    n = len(decisions)
+    answered = sum(M.answered(r) for r in decisions)
+    ece = _ece(_scored(condition, decisions, gold))
+    return {
+        "condition": condition,
+        "n": n,
+        "answered": answered,
+        "answer_rate": answered / n if n else math.nan,
+        "abstain_rate": sum(M.abstained(r) for r in decisions) / n if n else math.nan,
+        "em": float(M.em_rate(decisions, gold)),
+        "f1": float(M.f1_rate(decisions, gold)),
+        "ece_15": float(ece),
+        "refusal_precision": math.nan,
+        "refusal_recall": math.nan,
+        "refusal_f1": math.nan,
+        "reason": "no questions" if n == 0 else None,
+    }
+
+
+def _pooled(
+    by_condition: Mapping[str, Sequence[Mapping[str, Any]]],
+    gold: Mapping[str, Mapping[str, Sequence[str]]],
+) -> dict[str, Any]:
+    rows = [r for decisions in by_condition.values() for r in decisions]
+    n = len(rows)
+    answered = sum(M.answered(r) for r in rows)
+    pairs = [p for c, decisions in by_condition.items() for p in _scored(c, decisions, gold[c])]
+    ece = _ece(pairs)
+    refusal = M.refusal_scores(by_condition)
+    reasons = [v.reason for v in (*refusal.values(), ece) if v.reason]
+    return {
+        "condition": POOLED,
+        "n": n,
+        "answered": answered,
+        "answer_rate": answered / n if n else math.nan,
+        "abstain_rate": sum(M.abstained(r) for r in rows) / n if n else math.nan,
+        "em": math.nan,
+        "f1": math.nan,
+        "ece_15": float(ece),
+        **{metric: float(value) for metric, value in refusal.items()},
+        "reason": "; ".join(dict.fromkeys(reasons)) or None,
+    }
+
+
+# =====================================================================================
+# Efficiency (EvidentialRAG section 5.8, Table 11)
+# =====================================================================================
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if len(values) else math.nan
+
+
+def efficiency_summary(
+    p1_rows: Sequence[Mapping[str, Any]],
+    evidential_rows: Mapping[str, Sequence[Mapping[str, Any]]],
+    cb_rows: Sequence[Mapping[str, Any]],
+    job_reports: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """Per-policy efficiency of one model x dataset, pooled over its conditions.
+
+    ``p1_rows``: P1 generation rows of every condition; ``evidential_rows``: variant ->
+    EVID / EVID_CB rows of every condition; ``cb_rows``: the CB cell; ``job_reports``:
+    the evidential_evaluate / evidential_generate reports (``peak_memory_mb``).
+    seconds_per_query: P1's generation call; EVID's evaluator calls + its generator call.
+    relative_cost = latency / P1 latency (Eq. 28). Peak memory is the largest resident
+    set of the EvidentialRAG jobs (host memory: ru_maxrss; GPU memory is not measured);
+    the P1 generation jobs do not record theirs.
+    """
+    p1_seconds = _mean([float(r["seconds"]) for r in p1_rows])
+    peak = max((float(r["peak_memory_mb"]) for r in job_reports), default=math.nan)
+    policies: dict[str, dict[str, Any]] = {
+        "P1": {
+            "queries": len(p1_rows),
+            "seconds_per_query": p1_seconds,
+            "evaluator_seconds_per_query": 0.0,
+            "generator_seconds_per_query": p1_seconds,
+            "logical_decisions": 1.0,
+            "executed_passes": 1.0,
+            "peak_memory_mb": None,
+            "relative_cost": 1.0 if p1_seconds > 0 else math.nan,
+        }
+    }
+    cb_seconds = _mean([float(r["seconds"]) for r in cb_rows])
+    for variant, rows in evidential_rows.items():
+        seconds = _mean([float(r["seconds"]) for r in rows])
+        entry = {
+            "queries": len(rows),
+            "seconds_per_query": seconds,
+            "evaluator_seconds_per_query": _mean([float(r["evaluator_seconds"]) for r in rows]),
+            "generator_seconds_per_query": _mean([float(r["generator_seconds"]) for r in rows]),
+            "logical_decisions": _mean([float(r["logical_decisions"]) for r in rows]),
+            "executed_passes": _mean([float(r["executed_passes"]) for r in rows]),
+            "peak_memory_mb": None if math.isnan(peak) else peak,
+            "relative_cost": seconds / p1_seconds if p1_seconds > 0 else math.nan,
+        }
+        if variant == EVID_CB:
+            entry["reused_cb_seconds_per_query"] = cb_seconds
+        policies[variant] = entry
+    policies = {
+        name: {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in entry.items()}
+        for name, entry in policies.items()
+    }
+    return {
+        "policies": policies,
+        "notes": [
+            "P1 runs right after P0 in the generation job and reuses the KV cache of their "
+            "shared prefix, so its latency is that of a warm prefix.",
+            "EVID's k evaluator calls run back to back (llama-cpp-python cannot batch "
+            "sequences): executed_passes = k + 1, not the paper's 2 batched passes.",
+            "EVID_CB reuses the generation stage's closed-book pass (shared with P3/P4): it "
+            "adds no logical decision or executed pass here; its mean latency is "
+            "reused_cb_seconds_per_query, not included in seconds_per_query.",
+            "peak_memory_mb is the host resident set (ru_maxrss) of the EvidentialRAG jobs; "
+            "GPU memory is not measured.",
+        ],
+    }
