@@ -53,3 +53,139 @@ def test_seed_sensitivity_missing_cell_is_not_a_number() -> None:
     variant = _metrics("nq_seed43", {("P1", "Q0"): (0.066, 500), ("P1", "QC"): (0.82, 200)})
     qc = table_seed_sensitivity(base, variant, "m", "nq", 42, 43).iloc[1]
     assert (qc["seed 42"], qc["n (seed 42)"], qc["|delta| (pp)"]) == ("n/a", 0, "n/a")
+
+
+# --- QX and EvidentialRAG tables ------------------------------------------------------------
+
+
+def _row(policy, condition, metric, value, n, low=None, high=None, reason=None):
+    low = value if low is None else low
+    high = value if high is None else high
+    return ("m", "d", policy, condition, metric, value, low, high, n, reason)
+
+
+def test_hwsa_conditions_and_evid_results() -> None:
+    from grabrag.tables import table_evid_results, table_hwsa_conditions, write_table
+
+    rows = []
+    for policy, rates in (("P1", (0.5, 0.8, 0.6)), ("EVID_CB", (0.0, 0.25, 0.0))):
+        for condition, rate in zip(("Q0", "QC", "QX"), rates, strict=True):
+            rows.append(_row(policy, condition, "answer_rate", rate, 4))
+            rows.append(_row(policy, condition, "ece_15", 0.1234, 4))
+        rows.append(_row(policy, "QX-QC", "hwsa_diff", rates[2] - rates[1], 4, -0.5, 0.25))
+        rows.append(_row(policy, "Q100", "answer_rate", 0.9, 10))
+        rows.append(_row(policy, "Q100", "fac", 0.1, 5, 0.0, 0.3))
+        rows.append(_row(policy, "pooled", "refusal_precision", 0.5, 6))
+        rows.append(_row(policy, "pooled", "refusal_recall", 0.25, 12))
+        rows.append(_row(policy, "pooled", "refusal_f1", 1 / 3, 22))
+    metrics = pd.DataFrame(rows, columns=(*COLUMNS, "reason"))
+    table = table_hwsa_conditions(metrics)
+    assert list(table.policy) == ["P1", "EVID_CB"]
+    first = table.iloc[0]
+    assert (first["HwSA(Q0) [95% CI]"], first["HwSA(QC) [95% CI]"]) == (
+        "50.0 [50.0, 50.0]",
+        "80.0 [80.0, 80.0]",
+    )
+    assert first["QX - QC [95% CI]"] == "-20.0 [-50.0, +25.0]" and first["n QC&QX"] == 4
+    results = table_evid_results(metrics)
+    p1 = results[results.policy == "P1"]
+    assert list(p1.condition) == ["Q100", "Q0", "QC", "QX", "pooled"]
+    q100 = p1.iloc[0]
+    assert (q100["FAC [95% CI]"], q100["Ans [95% CI]"], q100["HwSA [95% CI]"]) == (
+        "10.0 [0.0, 30.0]",
+        "90.0 [90.0, 90.0]",
+        "",
+    )
+    qx = p1.iloc[3]
+    assert (qx["HwSA [95% CI]"], qx["ECE-15"], qx["n"]) == ("60.0 [60.0, 60.0]", "0.123", 4)
+    pooled = p1.iloc[4]
+    assert (pooled["Refusal P"], pooled["Refusal R"], pooled["Refusal F1"]) == (
+        "50.0 [50.0, 50.0]",
+        "25.0 [25.0, 25.0]",
+        "33.3 [33.3, 33.3]",
+    )
+    assert pooled["n"] == 22
+    # EVID_CB is printed as EVID+CB
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        csv_path, md_path, _ = write_table(table, Path(folder) / "t", "caption")
+        printed = pd.read_csv(csv_path)
+        assert list(printed.policy) == ["P1", "EVID+CB"]
+        assert "EVID+CB" in md_path.read_text()
+
+
+def _sweep() -> pd.DataFrame:
+    rows = []
+    for model, dataset, shift in (("m", "a", 0.0), ("m", "b", 0.2)):
+        for rule, qc in (("dempster", 0.8), ("0", 0.6), ("0.3", 0.4), ("0.6", 0.2), ("1", 0.1)):
+            for tau1, tau2, scale in ((0.2, 0.5, 0.5), (0.35, 0.65, 1.0), (0.5, 0.8, 1.5)):
+                for condition, rate in (("Q100", 0.9), ("QC", qc + shift), ("QX", qc / 2)):
+                    rows.append(
+                        {"model": model, "dataset": dataset, "policy": "EVID", "variant": "evid",
+                         "rule": rule, "tau1": tau1, "tau2": tau2, "condition": condition,
+                         "answer_rate": min(rate * scale, 1.0), "em": 0.5}
+                    )  # fmt: skip
+                rows.append(
+                    {"model": model, "dataset": dataset, "policy": "EVID", "variant": "evid",
+                     "rule": rule, "tau1": tau1, "tau2": tau2, "condition": "pooled",
+                     "abstain_rate": 0.5, "refusal_precision": 0.6, "refusal_recall": 0.9,
+                     "refusal_f1": 0.72, "ece_15": 0.2}
+                )  # fmt: skip
+        for variant, rule, tau1, tau2 in (
+            ("no_fusion", "average", 0.35, 0.65),
+            ("no_routing", "0.6", float("nan"), float("nan")),
+        ):
+            rows.append(
+                {"model": model, "dataset": dataset, "policy": "EVID", "variant": variant,
+                 "rule": rule, "tau1": tau1, "tau2": tau2, "condition": "QC",
+                 "answer_rate": 1.0 if variant == "no_routing" else 0.7}
+            )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_evid_sweep_tables_macro_average_cells() -> None:
+    from grabrag.tables import table_evid_ablation, table_evid_lambda_sweep, table_evid_tau_sweep
+
+    lam = table_evid_lambda_sweep(_sweep(), 0.6, 0.35, 0.65)
+    assert list(lam.rule) == [
+        "normalised Dempster",
+        "lambda=0",
+        "lambda=0.3",
+        "lambda=0.6 (default)",
+        "lambda=1 (Yager-style)",
+    ]
+    # QC answer rate at lambda 0.6: (0.2 + 0.4) / 2 over the two cells
+    assert lam.iloc[3]["HwSA@QC"] == "30.0" and lam.iloc[3]["HwSA@QX"] == "10.0"
+    assert lam.iloc[0]["cells"] == 2 and lam.iloc[0]["refusal F1"] == "72.0"
+    assert lam.iloc[0]["Ans@Q100"] == "90.0" and lam.iloc[0]["ECE-15"] == "0.200"
+    tau = table_evid_tau_sweep(_sweep(), 0.6, 0.35, 0.65)
+    assert list(tau["(tau1, tau2)"]) == ["(0.2, 0.5)", "(0.35, 0.65) (default)", "(0.5, 0.8)"]
+    assert list(tau["HwSA@QC"]) == ["15.0", "30.0", "45.0"]
+    ablation = table_evid_ablation(_sweep(), 0.6, 0.35, 0.65)
+    assert list(ablation["HwSA@QC"]) == ["30.0", "70.0", "100.0"]
+    assert ablation.iloc[2]["variant"].startswith("without dynamic routing")
+
+
+def test_evid_efficiency_table() -> None:
+    from grabrag.tables import table_evid_efficiency
+
+    summary = {
+        "model": "m",
+        "dataset": "d",
+        "policies": {
+            "P1": {"queries": 4, "seconds_per_query": 0.5, "evaluator_seconds_per_query": 0.0,
+                   "generator_seconds_per_query": 0.5, "logical_decisions": 1.0,
+                   "executed_passes": 1.0, "peak_memory_mb": None, "relative_cost": 1.0},
+            "EVID_CB": {"queries": 4, "seconds_per_query": 2.0,
+                        "evaluator_seconds_per_query": 1.5, "generator_seconds_per_query": 0.5,
+                        "logical_decisions": 6.0, "executed_passes": 6.0,
+                        "peak_memory_mb": 812.4, "relative_cost": 4.0},
+        },
+    }  # fmt: skip
+    table = table_evid_efficiency([summary])
+    assert list(table.policy) == ["P1", "EVID_CB"]
+    assert list(table["relative cost"]) == ["1.00x", "4.00x"]
+    assert list(table["peak memory (MB)"]) == ["n/a", "812"]
+    assert list(table["logical LLM decisions"]) == ["1.0", "6.0"]

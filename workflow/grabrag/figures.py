@@ -21,6 +21,8 @@ POLICY_COLOURS = {
     "P2": "#55a868",
     "P3": "#c44e52",
     "P4": "#8172b3",
+    "EVID": "#937860",
+    "EVID_CB": "#da8bc3",
 }
 POLICY_NAMES = {
     "P0": "P0 (none)",
@@ -28,10 +30,21 @@ POLICY_NAMES = {
     "P2": "P2 (CoT)",
     "P3": "P3 (conflict)",
     "P4": "P4 (NLI)",
+    "EVID": "EVID",
+    "EVID_CB": "EVID+CB",
 }
-CONDITIONS = ("Q100", "Q50", "Q0", "QC")
-SHOULD_ABSTAIN = ("Q0", "QC")
-FIGURES = ("abstention_by_condition", "p3_sweep", "risk_coverage", "reliability", "qc_breakdown")
+CONDITIONS = ("Q100", "Q50", "Q0", "QC", "QX")
+SHOULD_ABSTAIN = ("Q0", "QC", "QX")
+FIGURES = (
+    "abstention_by_condition",
+    "p3_sweep",
+    "risk_coverage",
+    "reliability",
+    "qc_breakdown",
+    "lambda_sweep",
+)
+# The lambda sweep's x axis: normalised Dempster as its own tick, then lambda values.
+LAMBDA_TICKS = (("dempster", "Dempster"), ("0", "0"), ("0.3", "0.3"), ("0.6", "0.6"), ("1", "1.0"))
 
 
 def save(fig: Any, stem: str | Path) -> None:
@@ -62,16 +75,25 @@ def abstention_by_condition(metrics: pd.DataFrame) -> Any:
     """Figure 2: abstention rate by condition, one line per policy with 95% CI bands;
     should-abstain conditions shaded; one panel per model (rows: datasets)."""
     rates = metrics[(metrics.metric == "abstain_rate") & metrics.condition.isin(CONDITIONS)]
+    conditions = [c for c in CONDITIONS if c in set(rates.condition)]
+    shaded = [k for k, c in enumerate(conditions) if c in SHOULD_ABSTAIN]
     cells = sorted(set(zip(rates.model, rates.dataset, strict=True)))
     fig, axes, models, datasets = _grid(cells)
-    x = range(len(CONDITIONS))
+    x = range(len(conditions))
     for i, dataset in enumerate(datasets):
         for j, model in enumerate(models):
             ax = axes[i][j]
-            ax.axvspan(1.5, 3.5, color="0.92", zorder=0, label="should abstain")
+            if shaded:
+                ax.axvspan(
+                    min(shaded) - 0.5,
+                    max(shaded) + 0.5,
+                    color="0.92",
+                    zorder=0,
+                    label="should abstain",
+                )
             cell = rates[(rates.model == model) & (rates.dataset == dataset)]
             for policy, colour in POLICY_COLOURS.items():
-                rows = cell[cell.policy == policy].set_index("condition").reindex(CONDITIONS)
+                rows = cell[cell.policy == policy].set_index("condition").reindex(conditions)
                 if rows["value"].isna().all():
                     continue
                 ax.plot(
@@ -84,14 +106,14 @@ def abstention_by_condition(metrics: pd.DataFrame) -> Any:
                     color=colour,
                     alpha=0.15,
                 )
-            ax.set_xticks(list(x), CONDITIONS)
+            ax.set_xticks(list(x), conditions)
             ax.set_ylim(-2, 102)
             ax.set_title(f"{model} / {dataset}", fontsize=9)
             ax.set_xlabel("context condition")
             if j == 0:
                 ax.set_ylabel("abstention rate (%)")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=6, fontsize=8, bbox_to_anchor=(0.5, -0.06))
+    fig.legend(handles, labels, loc="lower center", ncol=8, fontsize=8, bbox_to_anchor=(0.5, -0.06))
     fig.suptitle("Abstention by context condition (95% bootstrap CI)", fontsize=10)
     fig.tight_layout()
     return fig
@@ -198,5 +220,64 @@ def qc_breakdown_figure(metrics: pd.DataFrame) -> Any:
     ax.set_title("What models say when they answer under misleading context", fontsize=10)
     ax.legend(fontsize=8)
     ax.tick_params(axis="x", labelsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def lambda_sweep_figure(sweep: pd.DataFrame, lam: float, tau1: float, tau2: float) -> Any:
+    """EvidentialRAG's fusion-rule sweep at the configured thresholds: answer rate at QC and
+    QX (should abstain: lower is safer) and Ans@Q100 against lambda, normalised Dempster as
+    its own tick; one panel per model (datasets averaged), one colour per policy."""
+    chosen = sweep[
+        (sweep.variant == "evid")
+        & ((sweep.tau1.astype(float) - tau1).abs() < 1e-9)
+        & ((sweep.tau2.astype(float) - tau2).abs() < 1e-9)
+    ]
+    models = sorted(set(chosen.model)) or [""]
+    fig, axes = plt.subplots(
+        1, len(models), figsize=(4.2 * len(models), 3.4), squeeze=False, sharey=True
+    )
+    x = list(range(len(LAMBDA_TICKS)))
+    styles = (("QC", "-o", "HwSA@QC"), ("QX", "--s", "HwSA@QX"), ("Q100", ":^", "Ans@Q100"))
+    default = f"{float(lam):g}"
+    for ax, model in zip(axes[0], models, strict=True):
+        cell = chosen[chosen.model == model]
+        for policy, colour in POLICY_COLOURS.items():
+            rows = cell[cell.policy == policy]
+            if not len(rows):
+                continue
+            for condition, style, label in styles:
+                means = (
+                    rows[rows.condition == condition]
+                    .groupby("rule")["answer_rate"]
+                    .mean()
+                    .reindex([rule for rule, _ in LAMBDA_TICKS])
+                )
+                if means.isna().all():
+                    continue
+                ax.plot(
+                    x,
+                    100 * means.to_numpy(dtype=float),
+                    style,
+                    color=colour,
+                    label=f"{POLICY_NAMES[policy]} {label}",
+                )
+        ticks = [rule for rule, _ in LAMBDA_TICKS]
+        if default in ticks:
+            ax.axvline(ticks.index(default), color="0.6", linestyle=":", zorder=0)
+        ax.set_xticks(x, [name for _, name in LAMBDA_TICKS])
+        ax.set_xlabel("fusion rule (lambda; dotted: configured)")
+        ax.set_ylim(-2, 102)
+        ax.set_title(model, fontsize=9)
+    axes[0][0].set_ylabel("rate (%)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(
+            handles, labels, loc="lower center", ncol=3, fontsize=7, bbox_to_anchor=(0.5, -0.12)
+        )
+    fig.suptitle(
+        f"EvidentialRAG lambda sweep (tau1={tau1:g}, tau2={tau2:g}; datasets averaged)",
+        fontsize=10,
+    )
     fig.tight_layout()
     return fig

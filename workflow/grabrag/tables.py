@@ -18,7 +18,12 @@ from .io import atomic_write
 from .metrics import capability_set, decision_rate
 from .policies import SWEEP_CUTOFFS, SWEEP_THRESHOLDS, p3_sweep_decisions
 
-POLICIES = ("P0", "P1", "P2", "P3", "P4")
+POLICIES = ("P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB")
+PAPER_POLICIES = ("P0", "P1", "P2", "P3", "P4")
+# How a policy is printed (EVID_CB is the EVID+CB variant).
+DISPLAY = {"EVID_CB": "EVID+CB"}
+SHOULD_ANSWER = ("Q100", "Q50")
+SHOULD_ABSTAIN = ("Q0", "QC", "QX")
 
 
 def pct(value: float) -> str:
@@ -112,6 +117,8 @@ def table_policy_comparison(metrics: pd.DataFrame) -> pd.DataFrame:
         "P2": "P2 (CoT)",
         "P3": "P3 (conflict)",
         "P4": "P4 (NLI)",
+        "EVID": "EVID (EvidentialRAG)",
+        "EVID_CB": "EVID+CB (+ closed-book source)",
     }
     rows = []
     for policy in _policies(metrics):
@@ -153,8 +160,11 @@ def table_fac(metrics: pd.DataFrame) -> pd.DataFrame:
 
 
 def table_qc_sources(metrics: pd.DataFrame, per_cell: bool) -> pd.DataFrame:
-    """Table 9 (per cell) and Table 3 (per model, pooled over datasets and policies)."""
+    """Table 9 (per cell) and Table 3 (per model, pooled over datasets and the paper's
+    policies P0-P4)."""
     qc = metrics[metrics.condition == "QC"]
+    if not per_cell:
+        qc = qc[qc.policy.isin(PAPER_POLICIES)]
     counts = qc[qc.metric.isin(["qc_answered", "qc_echo", "qc_override", "qc_hallucination"])]
     keys = ["model", "dataset", "policy"] if per_cell else ["model"]
     pooled = counts.pivot_table(index=keys, columns="metric", values="value", aggfunc="sum")
@@ -343,8 +353,254 @@ def table_parse_failures(reports: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# --- QX and EvidentialRAG ------------------------------------------------------------
+
+
+def _n(row: Any) -> int:
+    return int(row.n) if row is not None else 0
+
+
+def table_hwsa_conditions(metrics: pd.DataFrame) -> pd.DataFrame:
+    """HwSA (the answer rate over each condition's questions) at Q0, QC and QX with 95% CIs,
+    and QX - QC on the questions present at both (paired), per cell and policy."""
+    get = _lookup(metrics)
+    out = []
+    for model, dataset in _cells(metrics):
+        for policy in _policies(metrics):
+            row: dict[str, Any] = {"model": model, "dataset": dataset, "policy": policy}
+            for condition in ("Q0", "QC", "QX"):
+                rate = get(model, dataset, policy, condition, "answer_rate")
+                row[f"n {condition}"] = _n(rate)
+                row[f"HwSA({condition}) [95% CI]"] = pct_ci(*_triple(rate))
+            diff = get(model, dataset, policy, "QX-QC", "hwsa_diff")
+            row["n QC&QX"] = _n(diff)
+            row["QX - QC [95% CI]"] = pct_ci(*_triple(diff), signed=True)
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def _decimals(value: float, digits: int = 3) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def table_evid_results(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Per cell, policy and condition: HwSA at should-abstain conditions, FAC and the answer
+    rate at should-answer ones, 15-bin ECE; then one ``pooled`` row per cell and policy with
+    refusal precision / recall / F1 over every condition (R = abstained, U = Q0/QC/QX)."""
+    get = _lookup(metrics)
+    conditions = [c for c in (*SHOULD_ANSWER, *SHOULD_ABSTAIN) if c in set(metrics.condition)]
+    out = []
+    for model, dataset in _cells(metrics):
+        for policy in _policies(metrics):
+            for condition in conditions:
+                rate = get(model, dataset, policy, condition, "answer_rate")
+                if rate is None:
+                    continue
+                should_abstain = condition in SHOULD_ABSTAIN
+                fac = None if should_abstain else get(model, dataset, policy, condition, "fac")
+                out.append(
+                    {
+                        "model": model,
+                        "dataset": dataset,
+                        "policy": policy,
+                        "condition": condition,
+                        "n": _n(rate),
+                        "HwSA [95% CI]": pct_ci(*_triple(rate)) if should_abstain else "",
+                        "FAC [95% CI]": "" if should_abstain else pct_ci(*_triple(fac)),
+                        "Ans [95% CI]": "" if should_abstain else pct_ci(*_triple(rate)),
+                        "ECE-15": _decimals(
+                            _value(get(model, dataset, policy, condition, "ece_15"))
+                        ),
+                        "Refusal P": "",
+                        "Refusal R": "",
+                        "Refusal F1": "",
+                    }
+                )
+            f1 = get(model, dataset, policy, "pooled", "refusal_f1")
+            if f1 is None:
+                continue
+            precision = get(model, dataset, policy, "pooled", "refusal_precision")
+            recall = get(model, dataset, policy, "pooled", "refusal_recall")
+            out.append(
+                {
+                    "model": model,
+                    "dataset": dataset,
+                    "policy": policy,
+                    "condition": "pooled",
+                    "n": _n(f1),
+                    "HwSA [95% CI]": "",
+                    "FAC [95% CI]": "",
+                    "Ans [95% CI]": "",
+                    "ECE-15": "",
+                    "Refusal P": pct_ci(*_triple(precision)),
+                    "Refusal R": pct_ci(*_triple(recall)),
+                    "Refusal F1": pct_ci(*_triple(f1)),
+                }
+            )
+    return pd.DataFrame(out)
+
+
+def table_evid_efficiency(summaries: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Table 11's form per model x dataset: P1 vs EVID / EVID+CB."""
+
+    def num(value: Any, digits: int) -> str:
+        return "n/a" if value is None else f"{float(value):.{digits}f}"
+
+    rows = []
+    for summary in summaries:
+        for policy, entry in summary["policies"].items():
+            rows.append(
+                {
+                    "model": summary["model"],
+                    "dataset": summary["dataset"],
+                    "policy": policy,
+                    "queries": entry["queries"],
+                    "s/query": num(entry["seconds_per_query"], 3),
+                    "evaluator s/query": num(entry["evaluator_seconds_per_query"], 3),
+                    "generator s/query": num(entry["generator_seconds_per_query"], 3),
+                    "logical LLM decisions": num(entry["logical_decisions"], 1),
+                    "executed passes": num(entry["executed_passes"], 1),
+                    "peak memory (MB)": num(entry["peak_memory_mb"], 0),
+                    "relative cost": "n/a"
+                    if entry["relative_cost"] is None
+                    else f"{float(entry['relative_cost']):.2f}x",
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+LAMBDA_RULES = ("dempster", "0", "0.3", "0.6", "1")
+
+
+def _rule_name(rule: str, default: str | None = None) -> str:
+    if rule == "dempster":
+        name = "normalised Dempster"
+    elif rule == "average":
+        name = "averaging"
+    else:
+        name = f"lambda={rule}"
+        if rule == "1":
+            name += " (Yager-style)"
+    return f"{name} (default)" if default is not None and rule == default else name
+
+
+def _sweep_summary(chosen: pd.DataFrame) -> dict[str, str]:
+    """Macro averages over model x dataset cells of one sweep setting's rows."""
+
+    def mean(condition: str, column: str) -> float:
+        values = chosen[chosen.condition == condition][column].astype(float)
+        values = values[~values.isna()]
+        return float(values.mean()) if len(values) else float("nan")
+
+    out = {
+        "Ans@Q100": pct(mean("Q100", "answer_rate")),
+        "EM@Q100": pct(mean("Q100", "em")),
+    }
+    for condition in SHOULD_ABSTAIN:
+        if (chosen.condition == condition).any():
+            out[f"HwSA@{condition}"] = pct(mean(condition, "answer_rate"))
+    out["abstain (all)"] = pct(mean("pooled", "abstain_rate"))
+    out["refusal P"] = pct(mean("pooled", "refusal_precision"))
+    out["refusal R"] = pct(mean("pooled", "refusal_recall"))
+    out["refusal F1"] = pct(mean("pooled", "refusal_f1"))
+    out["ECE-15"] = _decimals(mean("pooled", "ece_15"))
+    return out
+
+
+def _cells_of(sweep: pd.DataFrame) -> int:
+    return len(sweep[["model", "dataset"]].drop_duplicates()) if len(sweep) else 0
+
+
+def _same(column: pd.Series, value: float) -> pd.Series:
+    return (column.astype(float) - float(value)).abs() < 1e-9
+
+
+def table_evid_lambda_sweep(sweep: pd.DataFrame, lam: float, tau1: float, tau2: float):
+    """Table 9's form: the fusion rule (normalised Dempster, lambda 0 ... 1) at the
+    configured thresholds, per policy, macro-averaged over model x dataset cells."""
+    chosen = sweep[(sweep.variant == "evid") & _same(sweep.tau1, tau1) & _same(sweep.tau2, tau2)]
+    default = f"{float(lam):g}"
+    rows = []
+    for policy in (p for p in POLICIES if p in set(chosen.policy)):
+        for rule in LAMBDA_RULES:
+            part = chosen[(chosen.policy == policy) & (chosen.rule == rule)]
+            if not len(part):
+                continue
+            rows.append(
+                {
+                    "policy": policy,
+                    "rule": _rule_name(rule, default),
+                    "cells": _cells_of(part),
+                    **_sweep_summary(part),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def table_evid_tau_sweep(sweep: pd.DataFrame, lam: float, tau1: float, tau2: float):
+    """Table 10's form: the routing thresholds at the configured lambda."""
+    rule = f"{float(lam):g}"
+    chosen = sweep[(sweep.variant == "evid") & (sweep.rule == rule)]
+    pairs = sorted({(float(a), float(b)) for a, b in zip(chosen.tau1, chosen.tau2, strict=True)})
+    rows = []
+    for policy in (p for p in POLICIES if p in set(chosen.policy)):
+        for a, b in pairs:
+            part = chosen[(chosen.policy == policy) & _same(chosen.tau1, a) & _same(chosen.tau2, b)]
+            label = f"({a:g}, {b:g})" + (" (default)" if (a, b) == (tau1, tau2) else "")
+            rows.append(
+                {
+                    "policy": policy,
+                    "(tau1, tau2)": label,
+                    "cells": _cells_of(part),
+                    **_sweep_summary(part),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def table_evid_ablation(sweep: pd.DataFrame, lam: float, tau1: float, tau2: float):
+    """Table 12's form: full EVID vs without conflict-preserving fusion (averaging) vs
+    without routing (always answers the top claim), from stored evaluations."""
+    rule = f"{float(lam):g}"
+    variants = (
+        ("full", "evid", rule, True),
+        ("without conflict-preserving fusion (averaging)", "no_fusion", "average", True),
+        ("without dynamic routing (always answer)", "no_routing", rule, False),
+    )
+    rows = []
+    for policy in (p for p in POLICIES if p in set(sweep.policy)):
+        for label, variant, rule_value, routed in variants:
+            part = sweep[
+                (sweep.policy == policy) & (sweep.variant == variant) & (sweep.rule == rule_value)
+            ]
+            if routed:
+                part = part[_same(part.tau1, tau1) & _same(part.tau2, tau2)]
+            if not len(part):
+                continue
+            rows.append(
+                {
+                    "policy": policy,
+                    "variant": label,
+                    "cells": _cells_of(part),
+                    **_sweep_summary(part),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def display_policies(table: pd.DataFrame) -> pd.DataFrame:
+    """Policy codes as printed: EVID_CB becomes "EVID+CB" in policy columns and headers."""
+    table = table.rename(columns=DISPLAY)
+    for column in ("policy", "Policy"):
+        if column in table.columns:
+            table[column] = table[column].replace(DISPLAY)
+    return table
+
+
 def write_table(table: pd.DataFrame, stem: str | Path, caption: str) -> list[Path]:
-    """CSV + Markdown + LaTeX of one table; returns the three paths."""
+    """CSV + Markdown + LaTeX of one table; returns the three paths. EVID_CB is printed
+    as "EVID+CB"."""
+    table = display_policies(table)
     stem = Path(stem)
     paths = [stem.with_suffix(".csv"), stem.with_suffix(".md"), stem.with_suffix(".tex")]
     with atomic_write(paths[0]) as handle:

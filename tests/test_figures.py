@@ -1,0 +1,56 @@
+"""Figures on hand-made frames: the lambda sweep and the QX condition axis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from grabrag import figures as f
+
+from .test_tables import _sweep
+
+
+def test_lambda_sweep_figure(tmp_path: Path) -> None:
+    sweep = pd.concat([_sweep(), _sweep().assign(model="m2")], ignore_index=True)
+    fig = f.lambda_sweep_figure(sweep, 0.6, 0.35, 0.65)
+    axes = fig.axes
+    assert [ax.get_title() for ax in axes] == ["m", "m2"]
+    assert [t.get_text() for t in axes[0].get_xticklabels()] == [
+        "Dempster",
+        "0",
+        "0.3",
+        "0.6",
+        "1.0",
+    ]
+    lines = {
+        line.get_label(): line
+        for line in axes[0].get_lines()
+        if not line.get_label().startswith("_")
+    }
+    assert set(lines) == {"EVID HwSA@QC", "EVID HwSA@QX", "EVID Ans@Q100"}
+    # QC answer rate at the default taus, averaged over the two datasets: (qc + qc + 0.2) / 2
+    assert list(lines["EVID HwSA@QC"].get_ydata()) == pytest.approx([90, 70, 50, 30, 20])
+    assert lines["EVID HwSA@QC"].get_color() == f.POLICY_COLOURS["EVID"]
+    f.save(fig, tmp_path / "lambda_sweep")
+    assert (tmp_path / "lambda_sweep.pdf").read_bytes()[:4] == b"%PDF"
+
+
+def test_abstention_figure_shades_every_should_abstain_condition() -> None:
+    rows = [
+        ("m", "d", policy, condition, "abstain_rate", 0.5, 0.4, 0.6)
+        for policy in ("P1", "EVID_CB")
+        for condition in ("Q100", "Q50", "Q0", "QC", "QX")
+    ]
+    metrics = pd.DataFrame(
+        rows,
+        columns=("model", "dataset", "policy", "condition", "metric", "value", "ci_low", "ci_high"),
+    )
+    fig = f.abstention_by_condition(metrics)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["Q100", "Q50", "Q0", "QC", "QX"]
+    (span,) = ax.patches[:1]
+    assert (span.get_x(), span.get_x() + span.get_width()) == (1.5, 4.5)
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert "EVID+CB" in labels and "P1 (IDK)" in labels
