@@ -25,6 +25,7 @@ include: "rules/contexts.smk"
 include: "rules/qc.smk"
 include: "rules/generate.smk"
 include: "rules/policies.smk"
+include: "rules/evidential.smk"
 include: "rules/report.smk"
 
 

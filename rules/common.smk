@@ -12,6 +12,12 @@ from grabrag.assets import manifest_path
 from grabrag.config import validate_config
 from grabrag.contexts import CONDITIONS
 from grabrag.errors import ConfigError
+from grabrag.evidential import (
+    EVALUATOR_FORMAT,
+    EVALUATOR_GRAMMAR,
+    EVALUATOR_RULES,
+    EVALUATOR_SYSTEM,
+)
 from grabrag.figures import FIGURES
 from grabrag.prompts import CLOSED_BOOK_PROMPT, CONTEXT_PROMPTS
 
@@ -28,6 +34,10 @@ DATASETS = sorted(config["datasets"])
 MODELS = sorted(config["models"])
 GENERATION_CONDITIONS = config["generation"]["conditions"]
 POLICIES = config["policies"]["names"]
+# EvidentialRAG policies (rules/evidential.smk) among the configured ones.
+EVID_POLICIES = [p for p in ("EVID", "EVID_CB") if p in POLICIES]
+# The lambda-sweep figure needs the EvidentialRAG sweep files.
+FIGURE_NAMES = [f for f in FIGURES if f != "lambda_sweep" or EVID_POLICIES]
 
 # Table 13 (seed sensitivity): one model x dataset rebuilt with another construction seed.
 # The variant is a dataset of its own, "<dataset>_seed<seed>", that shares the base
@@ -50,7 +60,7 @@ wildcard_constraints:
     dataset=_alternatives([*config["datasets"], *SEED_VARIANTS]),
     model=_alternatives(config["models"]),
     condition=_alternatives(GENERATION_CONDITIONS),
-    policy="P[0-4]",
+    policy=_alternatives(POLICIES),
     figure=_alternatives(FIGURES),
 
 
@@ -128,11 +138,18 @@ def generation_cell(wildcards, prompt):
     )
 
 
+def evidential_dir(wildcards):
+    return f"{RESULTS}/evidential/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}"
+
+
 def policy_inputs(wildcards):
-    """What one policy reads: its own cell (P0-P2), P1 + CB (P3), P1 + CB + NLI (P4)."""
+    """What one policy reads: its own cell (P0-P2), P1 + CB (P3), P1 + CB + NLI (P4), its
+    evidential file (EVID, EVID_CB)."""
     policy = wildcards.policy
     if policy in CONTEXT_PROMPTS:
         return {policy: generation_cell(wildcards, policy)}
+    if policy in ("EVID", "EVID_CB"):
+        return {policy: f"{evidential_dir(wildcards)}/{policy}.jsonl"}
     inputs = {"P1": generation_cell(wildcards, "P1"), "CB": closed_book_cell(wildcards)}
     if policy == "P4":
         inputs["NLI"] = (
@@ -147,6 +164,39 @@ def policy_files(model, dataset):
         for condition in GENERATION_CONDITIONS
         for policy in POLICIES
     ] + [f"{RESULTS}/policies/{model}/{dataset}/P3_sweep.csv"]
+
+
+def evaluator_name(wildcards):
+    """The EvidentialRAG evaluator: the configured model, or the generator itself (null)."""
+    return config["evidential"]["evaluator"] or wildcards.model
+
+
+def evaluator_asset(wildcards):
+    return asset_manifest(config["models"][evaluator_name(wildcards)]["asset"])
+
+
+def evaluator_contract():
+    """A hash of the evaluator's prompt and grammar, passed as a param: editing them reruns
+    the evaluator jobs, editing other EvidentialRAG code (fusion, sweeps) does not."""
+    digest = hashlib.sha256()
+    for part in (EVALUATOR_SYSTEM, EVALUATOR_RULES, EVALUATOR_FORMAT, EVALUATOR_GRAMMAR):
+        digest.update(part.encode())
+    return digest.hexdigest()[:16]
+
+
+def fusion_settings():
+    """lambda, tau1, tau2 and merge_f1 of the EVID / EVID_CB policies."""
+    return stable({k: config["evidential"][k] for k in ("lam", "tau1", "tau2", "merge_f1")})
+
+
+def evidential_files(model, dataset):
+    """The per-model x dataset EvidentialRAG summaries (the sweep and the efficiency)."""
+    if not EVID_POLICIES:
+        return []
+    return [
+        f"{RESULTS}/evidential/{model}/{dataset}/sweep.csv",
+        f"{RESULTS}/evidential/{model}/{dataset}/efficiency.json",
+    ]
 
 
 def library_code(*modules):
@@ -170,6 +220,10 @@ def figure_inputs(wildcards):
     if wildcards.figure == "p3_sweep":
         inputs["sweeps"] = expand(
             f"{RESULTS}/policies/{{model}}/{{dataset}}/P3_sweep.csv", model=MODELS, dataset=DATASETS
+        )
+    if wildcards.figure == "lambda_sweep":
+        inputs["sweeps"] = expand(
+            f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv", model=MODELS, dataset=DATASETS
         )
     if wildcards.figure in ("risk_coverage", "reliability"):
         inputs["decisions"] = [
@@ -204,11 +258,14 @@ def all_targets():
             f"{RESULTS}/qc/{dataset}/summary.json",
             f"{RESULTS}/contexts/{dataset}/QC.jsonl",
         ]
+        if "QX" in GENERATION_CONDITIONS:
+            targets.append(f"{RESULTS}/contexts/{dataset}/QX.jsonl")
         if dataset in config["qc"]["audit_filled"]:
             targets.append(f"{RESULTS}/qc/{dataset}/audit_hwsa.csv")
         for model in MODELS:
             targets.append(f"{RESULTS}/generation/{model}/{dataset}/report.json")
             targets += policy_files(model, dataset)
+            targets += evidential_files(model, dataset)
     targets += [f"{RESULTS}/tables/{name}.csv" for name in TABLES]
-    targets += [f"{RESULTS}/figures/{figure}.pdf" for figure in FIGURES]
+    targets += [f"{RESULTS}/figures/{figure}.pdf" for figure in FIGURE_NAMES]
     return targets

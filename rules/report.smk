@@ -16,6 +16,35 @@ TABLES = {
     "selection_bias": "Q100 EM on QC-eligible vs excluded questions (section 6) (%).",
     "parse_failures": "Generation parse status per cell.",
 }
+if "QX" in GENERATION_CONDITIONS:
+    TABLES["hwsa_conditions"] = (
+        "HwSA (answer rate) at Q0, QC and QX with 95% CIs, and QX - QC on paired questions (%)."
+    )
+if EVID_POLICIES:
+    TABLES.update(
+        {
+            "evid_results": (
+                "EvidentialRAG beside P0-P4: HwSA at should-abstain conditions, FAC at Q100/Q50, "
+                "refusal precision/recall/F1 (pooled over conditions) and 15-bin ECE."
+            ),
+            "evid_efficiency": (
+                "EvidentialRAG efficiency vs P1: seconds per query, logical LLM decisions, "
+                "executed passes, peak memory, relative cost (Table 11's form)."
+            ),
+            "evid_lambda_sweep": (
+                "EvidentialRAG fusion rule and lambda sweep at the configured thresholds, from "
+                "stored evaluations (Table 9's form) (%)."
+            ),
+            "evid_tau_sweep": (
+                "EvidentialRAG routing-threshold sweep at the configured lambda, from stored "
+                "evaluations (Table 10's form) (%)."
+            ),
+            "evid_ablation": (
+                "EvidentialRAG ablations without fusion (averaging) and without routing, from "
+                "stored evaluations (Table 12's form) (%)."
+            ),
+        }
+    )
 if SEED_VARIANTS:
     TABLES["table13_seed_sensitivity"] = (
         "Table 13: seed sensitivity of HwSA (answer rate at Q0 and QC) per policy (%)."
@@ -63,6 +92,16 @@ rule tables:
             dataset=DATASETS,
         ),
         seed_metrics=expand(f"{RESULTS}/metrics/{{dataset}}.csv", dataset=SEED_VARIANTS),
+        evid_sweeps=expand(
+            f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv",
+            model=MODELS if EVID_POLICIES else [],
+            dataset=DATASETS,
+        ),
+        evid_efficiency=expand(
+            f"{RESULTS}/evidential/{{model}}/{{dataset}}/efficiency.json",
+            model=MODELS if EVID_POLICIES else [],
+            dataset=DATASETS,
+        ),
     output:
         **{
             name: report(
@@ -81,6 +120,7 @@ rule tables:
         seed_sensitivity=stable(
             {name: {**spec, "base_seed": config["seed"]} for name, spec in SEED_VARIANTS.items()}
         ),
+        fusion=fusion_settings(),
         code=library_code("tables.py"),
     log:
         f"{RESULTS}/logs/tables.log",
@@ -102,6 +142,7 @@ rule figure:
             labels={"figure": "{figure}"},
         ),
     params:
+        fusion=lambda wildcards: fusion_settings() if wildcards.figure == "lambda_sweep" else {},
         code=library_code("figures.py"),
     log:
         f"{RESULTS}/logs/figure/{{figure}}.log",

@@ -42,6 +42,21 @@ def test_defaults_are_filled(embedded: dict) -> None:
     assert config["seed_sensitivity"]["seed"] == 43
     del embedded["seed_sensitivity"]
     assert validate_config(embedded)["seed_sensitivity"] is None
+    assert config["generation"]["conditions"] == ["Q100", "Q50", "Q0", "QC", "QX"]
+    assert config["policies"]["names"] == ["P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB"]
+    assert config["evidential"] == {
+        "evaluator": None,
+        "lam": 0.6,
+        "tau1": 0.35,
+        "tau2": 0.65,
+        "merge_f1": 0.8,
+        "evaluator_max_tokens": 160,
+    }
+
+
+def test_evidential_evaluator_may_name_a_configured_model(embedded: dict) -> None:
+    embedded["evidential"] = {"evaluator": "smollm2-135m"}
+    assert validate_config(embedded)["evidential"]["evaluator"] == "smollm2-135m"
 
 
 def test_validation_does_not_modify_its_input(embedded: dict) -> None:
@@ -68,6 +83,16 @@ def test_validation_does_not_modify_its_input(embedded: dict) -> None:
         (lambda c: c["seed_sensitivity"].update(dataset="nope"), "seed_sensitivity.dataset"),
         (lambda c: c["seed_sensitivity"].update(seed=42), "seed_sensitivity.seed"),
         (lambda c: c["seed_sensitivity"].update(sead=43), "seed_sensitivity"),
+        (lambda c: c.update(evidential={"evaluator": "nope"}), "evidential.evaluator"),
+        (lambda c: c.update(evidential={"tau1": 0.7, "tau2": 0.5}), "evidential.tau1"),
+        (lambda c: c.update(evidential={"lam": 1.5}), "evidential.lam"),
+        (lambda c: c.update(evidential={"evaluator_max_tokens": 0}), "evidential"),
+        (lambda c: c.update(policies={"names": ["P1", "EVID+CB"]}), "policies.names"),
+        (lambda c: c.update(policies={"names": ["P1", "P1"]}), "policies.names"),
+        (
+            lambda c: c.update(contexts={"n_passages": 1, "n_gold_q50": 1}),
+            "generation.conditions",
+        ),
     ],
 )
 def test_bad_config_names_the_key(embedded: dict, edit, expected: str) -> None:

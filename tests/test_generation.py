@@ -212,9 +212,10 @@ def test_generation_rows_have_every_column(tiny_run: Path) -> None:
         (tiny_run / "results/generation/smollm2-135m/squad/report.json").read_text()
     )
     assert set(report["cells"]) == {
-        f"{c}/{p}" for c in ("Q100", "Q50", "Q0", "QC") for p in ("P0", "P1", "P2")
+        f"{c}/{p}" for c in ("Q100", "Q50", "Q0", "QC", "QX") for p in ("P0", "P1", "P2")
     } | {"Qclosed/CB"}
     n_qc = len(read_jsonl(tiny_run / "results/contexts/squad/QC.jsonl"))
     for name, cell in report["cells"].items():
-        assert sum(cell["parse_status"].values()) == (n_qc if name.startswith("QC/") else 2), name
+        expected = n_qc if name.startswith(("QC/", "QX/")) else 2  # QX has QC's questions
+        assert sum(cell["parse_status"].values()) == expected, name
     assert not (tiny_run / "results/generation/smollm2-135m/squad/Q50/.checkpoint.jsonl").exists()

@@ -22,10 +22,52 @@ from .conftest import REPO, TINY, snakemake, snakemake_command
 
 pytestmark = pytest.mark.integration
 DATASETS = ("squad", "nq_bigbench")
+GENERATION_CONDITIONS = ("Q100", "Q50", "Q0", "QC", "QX")
+POLICIES = ("P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB")
+# As printed in tables (EVID_CB is shown as EVID+CB).
+PRINTED_POLICIES = ("P0", "P1", "P2", "P3", "P4", "EVID", "EVID+CB")
+
+
+# Wall-clock and memory measurements of the EvidentialRAG jobs (and what is derived from
+# them): they differ between two runs of the same work.
+_MEASURED = {
+    "seconds",
+    "evaluator_seconds",
+    "generator_seconds",
+    "job_seconds",
+    "peak_memory_mb",
+    "relative_cost",
+}
+
+
+def _drop_measured(value):
+    if isinstance(value, dict):
+        return {
+            k: _drop_measured(v)
+            for k, v in value.items()
+            if k not in _MEASURED and not k.endswith("seconds_per_query")
+        }
+    if isinstance(value, list):
+        return [_drop_measured(v) for v in value]
+    return value
 
 
 def _without_timing(path: Path) -> bytes:
     """File content with the timing columns (wall-clock seconds) removed."""
+    if "evidential" in path.parts:
+        if path.suffix == ".jsonl":
+            rows = [json.loads(line) for line in path.read_text().splitlines()]
+            return json.dumps(_drop_measured(rows)).encode()
+        if path.suffix == ".json":
+            return json.dumps(_drop_measured(json.loads(path.read_text()))).encode()
+        return path.read_bytes()
+    if path.stem == "evid_efficiency":  # a table of timings: keep its counting columns
+        if path.suffix != ".csv":
+            return b"(timings)"
+        with path.open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        keep = ("model", "dataset", "policy", "queries", "logical LLM decisions", "executed passes")
+        return json.dumps([{k: r[k] for k in keep} for r in rows]).encode()
     if "generation" not in path.parts:
         return path.read_bytes()
     if path.suffix == ".jsonl":
@@ -108,10 +150,13 @@ def test_editing_one_stage_param_reruns_only_that_stage(tiny_run: Path, tmp_path
     plan = snakemake(tmp_path, "-n", configfile=edited).stdout
     jobs = planned_jobs(plan)
     # The context stage and everything downstream of it rerun; nothing upstream does.
-    # (Each count includes the seed-43 variant of nq_bigbench: one more context job of
-    # each kind and its Q0 + QC generation jobs.)
+    # (Each count includes the seed-43 variant of nq_bigbench: one more build_contexts and
+    # qc_contexts job, and its Q0 + QC generation and EvidentialRAG jobs; the variant has
+    # no QX.)
     assert jobs["build_contexts"] == 3 and jobs["qc_contexts"] == 3, plan
-    assert jobs["generate_context_prompts"] == 8 + 2, plan
+    assert jobs["qx_contexts"] == 2, plan
+    assert jobs["generate_context_prompts"] == 2 * 5 + 2, plan
+    assert jobs["evidential_evaluate"] == jobs["evidential_generate"] == 2 * 5 + 2, plan
     assert not {
         "fetch_asset",
         "prepare_data",
@@ -285,7 +330,7 @@ def _copy_run(tiny_run: Path, workdir: Path) -> None:
 def test_policy_cells_and_their_rules(tiny_run: Path) -> None:
     for dataset in DATASETS:
         base = tiny_run / f"results/policies/smollm2-135m/{dataset}"
-        for condition in ("Q100", "Q50", "Q0", "QC"):
+        for condition in GENERATION_CONDITIONS:
             contexts = read_jsonl(tiny_run / f"results/contexts/{dataset}/{condition}.jsonl")
             p1 = {
                 r["qid"]: r
@@ -329,8 +374,15 @@ def test_policy_jobs_make_no_llm_call(tiny_run: Path, tmp_path: Path) -> None:
         tmp_path, "--forcerun", "policy", "p3_sweep", env={"PYTHONPATH": str(poison.parent)}
     )
     jobs = planned_jobs(proc.stdout + proc.stderr)
-    assert jobs.get("policy") == 2 * 4 * 5 and jobs.get("p3_sweep") == 2
-    assert not {"generate_context_prompts", "generate_closed_book", "nli"} & set(jobs)
+    # 2 datasets x 5 conditions x 7 policies, and the seed variant's Q0 + QC x 7 policies
+    assert jobs.get("policy") == 2 * 5 * 7 + 2 * 7 and jobs.get("p3_sweep") == 2
+    assert not {
+        "generate_context_prompts",
+        "generate_closed_book",
+        "nli",
+        "evidential_evaluate",
+        "evidential_generate",
+    } & set(jobs)
 
 
 TABLE_NAMES = (
@@ -347,6 +399,12 @@ TABLE_NAMES = (
     "normalised_hwsa",
     "selection_bias",
     "parse_failures",
+    "hwsa_conditions",
+    "evid_results",
+    "evid_efficiency",
+    "evid_lambda_sweep",
+    "evid_tau_sweep",
+    "evid_ablation",
     "table13_seed_sensitivity",
 )
 FIGURE_NAMES = (
@@ -355,6 +413,7 @@ FIGURE_NAMES = (
     "risk_coverage",
     "reliability",
     "qc_breakdown",
+    "lambda_sweep",
 )
 
 
@@ -365,7 +424,7 @@ def test_tables_and_figures(tiny_run: Path) -> None:
             assert path.stat().st_size > 0, path
     with (tiny_run / "results/tables/table7_hwsa_ci.csv").open(newline="") as handle:
         table7 = list(csv.DictReader(handle))
-    assert {r["policy"] for r in table7} == {"P0", "P1", "P2", "P3", "P4"}
+    assert {r["policy"] for r in table7} == set(PRINTED_POLICIES)
     assert {r["dataset"] for r in table7} == set(DATASETS)
     with (tiny_run / "results/tables/table12_p3_sweep.csv").open(newline="") as handle:
         assert [float(r["F1"]) for r in csv.DictReader(handle)] == [
@@ -399,7 +458,7 @@ def test_seed_sensitivity_variant_and_table13(tiny_run: Path) -> None:
     with (tiny_run / "results/tables/table13_seed_sensitivity.csv").open(newline="") as handle:
         table13 = list(csv.DictReader(handle))
     assert [(r["policy"], r["condition"]) for r in table13] == [
-        (p, c) for p in ("P0", "P1", "P2", "P3", "P4") for c in ("Q0", "QC")
+        (p, c) for p in PRINTED_POLICIES for c in ("Q0", "QC")
     ]
     for row in table13:
         assert row["n (seed 42)"] == "2" or row["condition"] == "QC"
@@ -420,7 +479,7 @@ def test_report_stage_is_incremental(tiny_run: Path, tmp_path: Path) -> None:
     edited = tmp_path / "edited.yaml"
     edited.write_text(yaml.safe_dump(config))
     plan = snakemake(tmp_path, "-n", configfile=edited).stdout
-    assert planned_jobs(plan) == {"metrics": 2, "tables": 1, "figure": 5, "all": 1}, plan
+    assert planned_jobs(plan) == {"metrics": 3, "tables": 1, "figure": 6, "all": 1}, plan
     # the plotting code, edited in a copy of the workflow: figures only; touching it
     # without a change reruns nothing
     source = tmp_path / "workflow_copy"
@@ -435,7 +494,7 @@ def test_report_stage_is_incremental(tiny_run: Path, tmp_path: Path) -> None:
     assert planned_jobs(plan) == {}, plan
     plotting.write_text(plotting.read_text() + "\n# an edit of the plotting code\n")
     plan = snakemake(tmp_path, "-n", snakefile=source / "Snakefile").stdout
-    assert planned_jobs(plan) == {"figure": 5, "all": 1}, plan
+    assert planned_jobs(plan) == {"figure": 6, "all": 1}, plan
 
 
 def test_report_html(tiny_run: Path, tmp_path: Path) -> None:
@@ -446,3 +505,98 @@ def test_report_html(tiny_run: Path, tmp_path: Path) -> None:
     names = zipfile.ZipFile(tmp_path / "report.zip").namelist()
     assert any(n.endswith("abstention_by_condition.png") for n in names)
     assert any(n.endswith("table1_hwsa.csv") for n in names)
+
+
+def test_qx_condition_pairs_the_gold_passage_with_its_swapped_twin(tiny_run: Path) -> None:
+    total = 0
+    for dataset in DATASETS:
+        qc = read_jsonl(tiny_run / f"results/contexts/{dataset}/QC.jsonl")
+        qx = read_jsonl(tiny_run / f"results/contexts/{dataset}/QX.jsonl")
+        assert [r["qid"] for r in qx] == [r["qid"] for r in qc]
+        total += len(qx)
+        for row, twin in zip(qx, qc, strict=True):
+            roles = sorted(p["role"] for p in row["passages"])
+            assert roles == [
+                "gold",
+                "hard_negative",
+                "hard_negative",
+                "hard_negative",
+                "swapped_gold",
+            ]
+            assert row["condition"] == "QX" and row["replacement"] == twin["replacement"]
+            swapped = next(p for p in row["passages"] if p["role"] == "swapped_gold")
+            assert swapped["pid"] in {p["pid"] for p in twin["passages"]}
+            assert row["context_tokens"] <= 400
+        report = json.loads((tiny_run / f"results/contexts/{dataset}/QX_report.json").read_text())
+        assert report["qx_rows"] == len(qx)
+        for policy in POLICIES:
+            rows = read_jsonl(
+                tiny_run / f"results/policies/smollm2-135m/{dataset}/QX/{policy}.jsonl"
+            )
+            assert [r["qid"] for r in rows] == [r["qid"] for r in qx]
+    assert total > 0, "no QX row at all: the tiny config must exercise the QX condition"
+
+
+def test_evidential_evaluations_decisions_and_accounting(tiny_run: Path) -> None:
+    from grabrag.policies import EVIDENTIAL_RULES
+
+    routes = set()
+    for dataset in DATASETS:
+        base = tiny_run / f"results/evidential/smollm2-135m/{dataset}"
+        for condition in GENERATION_CONDITIONS:
+            contexts = read_jsonl(tiny_run / f"results/contexts/{dataset}/{condition}.jsonl")
+            evaluations = read_jsonl(base / f"{condition}/evaluations.jsonl")
+            assert [r["qid"] for r in evaluations] == [r["qid"] for r in contexts]
+            for row, ctx in zip(evaluations, contexts, strict=True):
+                k = len(ctx["passages"])
+                assert k == 5 and len(row["evaluations"]) == k == row["evaluator_passes"]
+                assert [e["position"] for e in row["evaluations"]] == list(range(1, k + 1))
+                assert {e["status"] for e in row["evaluations"]} <= {"ok", "repaired", "failed"}
+            for policy in ("EVID", "EVID_CB"):
+                rows = read_jsonl(base / f"{condition}/{policy}.jsonl")
+                decisions = read_jsonl(
+                    tiny_run / f"results/policies/smollm2-135m/{dataset}/{condition}/{policy}.jsonl"
+                )
+                assert [r["qid"] for r in rows] == [r["qid"] for r in decisions]
+                for row, decision in zip(rows, decisions, strict=True):
+                    routes.add(row["route"])
+                    assert row["logical_decisions"] == row["executed_passes"] == 5 + 1
+                    assert abs(sum(row["fused_b"]) + row["u_global"] - 1) < 1e-9
+                    assert decision["rule"] in EVIDENTIAL_RULES
+                    assert decision["route"] == row["route"]
+                    if decision["decision"] == "answer":
+                        assert row["route"] == "direct"
+                        assert decision["answer"] == row["generator_answer"]
+                        assert abs(decision["confidence"] - 100 * max(row["fused_b"])) < 1e-9
+                    elif decision["decision"] == "abstain":
+                        assert decision["confidence"] == 0
+            assert not (base / condition / ".evaluate_checkpoint.jsonl").exists()
+            assert not (base / condition / ".generate_checkpoint.jsonl").exists()
+        report = json.loads((base / "QC/evaluate_report.json").read_text())
+        assert report["peak_memory_mb"] > 0 and report["evaluator"] == "smollm2-135m"
+        efficiency = json.loads((base / "efficiency.json").read_text())
+        assert set(efficiency["policies"]) == {"P1", "EVID", "EVID_CB"}
+        assert efficiency["policies"]["EVID"]["logical_decisions"] == 6
+        assert efficiency["policies"]["P1"]["relative_cost"] == 1.0
+    assert routes <= {"direct", "conflict_aware", "abstain"}
+
+
+def test_evidential_sweep_grid(tiny_run: Path) -> None:
+    for dataset in DATASETS:
+        path = tiny_run / f"results/evidential/smollm2-135m/{dataset}/sweep.csv"
+        with path.open(newline="") as handle:
+            sweep = list(csv.DictReader(handle))
+        settings = 5 * 3 + 3 + 1  # lambda x (tau1, tau2), no_fusion x taus, no_routing
+        assert len(sweep) == 2 * settings * (len(GENERATION_CONDITIONS) + 1)
+        grid = {
+            (r["rule"], r["tau1"], r["tau2"])
+            for r in sweep
+            if r["variant"] == "evid" and r["policy"] == "EVID"
+        }
+        assert grid == {
+            (rule, tau1, tau2)
+            for rule in ("dempster", "0", "0.3", "0.6", "1")
+            for tau1, tau2 in (("0.2", "0.5"), ("0.35", "0.65"), ("0.5", "0.8"))
+        }
+        pooled = [r for r in sweep if r["condition"] == "pooled"]
+        assert len(pooled) == 2 * settings and all(r["refusal_f1"] != "" for r in pooled)

@@ -98,7 +98,24 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
                 f"config key 'seed_sensitivity.seed' is {sensitivity['seed']}, the same as "
                 "'seed': a seed-sensitivity run needs a different seed (the paper uses 43)"
             )
+    evidential = checked["evidential"]
+    if evidential["evaluator"] is not None and evidential["evaluator"] not in checked["models"]:
+        raise ConfigError(
+            f"config key 'evidential.evaluator' names model '{evidential['evaluator']}', which "
+            f"is not under 'models' (known: {', '.join(sorted(checked['models']))}); use null "
+            "for each generator model itself"
+        )
+    if not evidential["tau1"] < evidential["tau2"]:
+        raise ConfigError(
+            "config key 'evidential.tau1' must be below 'evidential.tau2' "
+            f"({evidential['tau1']} >= {evidential['tau2']})"
+        )
     contexts = checked["contexts"]
+    if "QX" in checked["generation"]["conditions"] and contexts["n_passages"] < 2:
+        raise ConfigError(
+            "config key 'generation.conditions' lists QX, which needs 'contexts.n_passages' "
+            f">= 2 (the gold passage and its swapped twin), got {contexts['n_passages']}"
+        )
     if contexts["n_gold_q50"] > contexts["n_passages"]:
         raise ConfigError(
             "config key 'contexts.n_gold_q50' must not exceed 'contexts.n_passages' "

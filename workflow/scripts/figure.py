@@ -37,6 +37,17 @@ def main(smk):
         fig = f.qc_breakdown_figure(metrics)
     elif figure == "p3_sweep":
         fig = f.p3_sweep_figure(pd.concat([pd.read_csv(p) for p in smk.input.sweeps]))
+    elif figure == "lambda_sweep":
+        frames = []
+        for path in map(Path, smk.input.sweeps):
+            # results/evidential/<model>/<dataset>/sweep.csv
+            frame = pd.read_csv(path, dtype={"rule": str, "policy": str, "variant": str})
+            frame["model"], frame["dataset"] = path.parents[1].name, path.parent.name
+            frames.append(frame)
+        fusion = smk.params.fusion
+        fig = f.lambda_sweep_figure(
+            pd.concat(frames, ignore_index=True), fusion["lam"], fusion["tau1"], fusion["tau2"]
+        )
     elif figure == "risk_coverage":
         fig = f.risk_coverage_figure(
             {key: risk_coverage(*pair) for key, pair in _scored(smk).items()}

@@ -28,8 +28,21 @@ def _seed_sensitivity(smk, metrics):
     return pd.concat(tables, ignore_index=True)
 
 
+def _evid_sweeps(smk):
+    """The EvidentialRAG sweep CSVs of every model x dataset, with model and dataset."""
+    frames = []
+    for path in map(Path, smk.input.evid_sweeps):
+        # results/evidential/<model>/<dataset>/sweep.csv
+        frame = pd.read_csv(path, dtype={"rule": str, "policy": str, "variant": str})
+        frame["model"], frame["dataset"] = path.parents[1].name, path.parent.name
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
 def main(smk):
     metrics = pd.concat([pd.read_csv(p) for p in smk.input.metrics], ignore_index=True)
+    fusion = smk.params.fusion
+    taus = (fusion["lam"], fusion["tau1"], fusion["tau2"])
     sweeps = []
     for path in map(Path, smk.input.sweeps):
         frame = pd.read_csv(path)
@@ -52,6 +65,14 @@ def main(smk):
         "selection_bias": lambda: t.table_selection_bias(metrics),
         "parse_failures": lambda: t.table_parse_failures([read_json(p) for p in smk.input.reports]),
         "table13_seed_sensitivity": lambda: _seed_sensitivity(smk, metrics),
+        "hwsa_conditions": lambda: t.table_hwsa_conditions(metrics),
+        "evid_results": lambda: t.table_evid_results(metrics),
+        "evid_efficiency": lambda: t.table_evid_efficiency(
+            [read_json(p) for p in smk.input.evid_efficiency]
+        ),
+        "evid_lambda_sweep": lambda: t.table_evid_lambda_sweep(_evid_sweeps(smk), *taus),
+        "evid_tau_sweep": lambda: t.table_evid_tau_sweep(_evid_sweeps(smk), *taus),
+        "evid_ablation": lambda: t.table_evid_ablation(_evid_sweeps(smk), *taus),
     }
     for name, caption in smk.params.captions.items():
         table = builders[name]()

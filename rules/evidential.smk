@@ -1,0 +1,113 @@
+# Stage 6b: EvidentialRAG as the EVID and EVID_CB policies (issue 8; EvidentialRAG sections
+# 3, 4.3-4.4, 5.7-5.9). An evaluator pass judges each passage (k calls per question), the
+# judgements are fused into masses and routed, and the generator makes one call per
+# question and variant; the policy rule (rules/policies.smk) turns those rows into
+# decisions, the sweep re-fuses the stored judgements without any LLM call.
+
+
+rule evidential_evaluate:
+    input:
+        contexts=f"{RESULTS}/contexts/{{dataset}}/{{condition}}.jsonl",
+        evaluator=evaluator_asset,
+    output:
+        evaluations=f"{RESULTS}/evidential/{{model}}/{{dataset}}/{{condition}}/evaluations.jsonl",
+        report=f"{RESULTS}/evidential/{{model}}/{{dataset}}/{{condition}}/evaluate_report.json",
+    params:
+        evaluator_name=evaluator_name,
+        evaluator=lambda wildcards: stable(config["models"][evaluator_name(wildcards)]),
+        generation=generation_settings(),
+        max_tokens=config["evidential"]["evaluator_max_tokens"],
+        contract=evaluator_contract(),
+        checkpoint=lambda wildcards: f"{evidential_dir(wildcards)}/.evaluate_checkpoint.jsonl",
+    log:
+        f"{RESULTS}/logs/evidential_evaluate/{{model}}/{{dataset}}/{{condition}}.log",
+    conda:
+        GRABRAG_ENV
+    threads: workflow.cores
+    resources:
+        gpu=1,
+    script:
+        "../workflow/scripts/evidential_evaluate.py"
+
+
+rule evidential_generate:
+    input:
+        contexts=f"{RESULTS}/contexts/{{dataset}}/{{condition}}.jsonl",
+        evaluations=f"{RESULTS}/evidential/{{model}}/{{dataset}}/{{condition}}/evaluations.jsonl",
+        cb=closed_book_cell,
+        model=model_asset,
+    output:
+        **{
+            policy: f"{RESULTS}/evidential/{{model}}/{{dataset}}/{{condition}}/{policy}.jsonl"
+            for policy in EVID_POLICIES
+        },
+        report=f"{RESULTS}/evidential/{{model}}/{{dataset}}/{{condition}}/generate_report.json",
+    params:
+        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        generation=generation_settings(),
+        fusion=fusion_settings(),
+        code=library_code("evidential.py"),
+        checkpoint=lambda wildcards: f"{evidential_dir(wildcards)}/.generate_checkpoint.jsonl",
+    log:
+        f"{RESULTS}/logs/evidential_generate/{{model}}/{{dataset}}/{{condition}}.log",
+    conda:
+        GRABRAG_ENV
+    threads: workflow.cores
+    resources:
+        gpu=1,
+    script:
+        "../workflow/scripts/evidential_generate.py"
+
+
+rule evidential_sweep:
+    input:
+        evaluations=expand(
+            f"{RESULTS}/evidential/{{{{model}}}}/{{{{dataset}}}}/{{condition}}/evaluations.jsonl",
+            condition=GENERATION_CONDITIONS,
+        ),
+        contexts=expand(
+            f"{RESULTS}/contexts/{{{{dataset}}}}/{{condition}}.jsonl",
+            condition=GENERATION_CONDITIONS,
+        ),
+        cb=closed_book_cell,
+    output:
+        sweep=f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv",
+    params:
+        fusion=fusion_settings(),
+        code=library_code("evidential.py", "evidential_runs.py", "metrics.py"),
+    log:
+        f"{RESULTS}/logs/evidential_sweep/{{model}}/{{dataset}}.log",
+    conda:
+        GRABRAG_ENV
+    script:
+        "../workflow/scripts/evidential_sweep.py"
+
+
+rule evidential_efficiency:
+    input:
+        p1=expand(
+            f"{RESULTS}/generation/{{{{model}}}}/{{{{dataset}}}}/{{condition}}/P1.jsonl",
+            condition=GENERATION_CONDITIONS,
+        ),
+        evidential=expand(
+            f"{RESULTS}/evidential/{{{{model}}}}/{{{{dataset}}}}/{{condition}}/{{policy}}.jsonl",
+            condition=GENERATION_CONDITIONS,
+            policy=EVID_POLICIES,
+        ),
+        reports=expand(
+            f"{RESULTS}/evidential/{{{{model}}}}/{{{{dataset}}}}/{{condition}}/{{stage}}_report.json",
+            condition=GENERATION_CONDITIONS,
+            stage=("evaluate", "generate"),
+        ),
+        cb=closed_book_cell,
+    output:
+        efficiency=f"{RESULTS}/evidential/{{model}}/{{dataset}}/efficiency.json",
+    params:
+        conditions=GENERATION_CONDITIONS,
+        code=library_code("evidential_runs.py"),
+    log:
+        f"{RESULTS}/logs/evidential_efficiency/{{model}}/{{dataset}}.log",
+    conda:
+        GRABRAG_ENV
+    script:
+        "../workflow/scripts/evidential_efficiency.py"

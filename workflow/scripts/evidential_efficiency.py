@@ -1,0 +1,42 @@
+"""Rule evidential_efficiency: latency, LLM-call accounting and peak memory of EVID /
+EVID_CB against P1 for one model x dataset (EvidentialRAG Table 11)."""
+
+from pathlib import Path
+
+import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+
+from grabrag.evidential_runs import efficiency_summary
+from grabrag.io import read_json, read_jsonl, write_json
+from grabrag.runner import log, run_rule
+
+
+def main(smk):
+    p1 = [row for path in smk.input.p1 for row in read_jsonl(path)]
+    variants = {}
+    for path in map(Path, smk.input.evidential):
+        variants.setdefault(path.stem, []).extend(read_jsonl(path))
+    summary = efficiency_summary(
+        p1,
+        variants,
+        read_jsonl(smk.input.cb),
+        [read_json(p) for p in smk.input.reports],
+    )
+    write_json(
+        smk.output.efficiency,
+        {
+            "model": smk.wildcards.model,
+            "dataset": smk.wildcards.dataset,
+            "conditions": smk.params.conditions,
+            **summary,
+        },
+    )
+    for policy, entry in summary["policies"].items():
+        log.info(
+            "%s: %s s/query, relative cost %s",
+            policy,
+            entry["seconds_per_query"],
+            entry["relative_cost"],
+        )
+
+
+run_rule(snakemake, main)  # noqa: F821

@@ -1,0 +1,64 @@
+"""Rule evidential_evaluate: the EvidentialRAG evaluator's judgement of every passage of one
+model x dataset x condition (k calls per question, back to back; see
+grabrag.evidential_runs for the call accounting)."""
+
+import time
+from pathlib import Path
+
+import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+
+from grabrag.assets import resolve
+from grabrag.evidential_runs import (
+    evaluation_report,
+    peak_memory_mb,
+    preflight_messages,
+    run_evaluations,
+)
+from grabrag.generation import GenerationSettings, LlamaGenerator, Progress, settings_from
+from grabrag.io import read_jsonl, write_json, write_jsonl
+from grabrag.runner import log, run_rule
+
+
+def main(smk):
+    started = time.perf_counter()
+    rows = read_jsonl(smk.input.contexts)
+    evaluator = smk.params.evaluator
+    max_tokens = smk.params.max_tokens
+    settings = settings_from(smk.params.generation)
+    # The preflight budget is n_ctx - the evaluator's own max_tokens.
+    settings = GenerationSettings(
+        n_ctx=settings.n_ctx,
+        max_tokens=max_tokens,
+        temperature=settings.temperature,
+        seed=settings.seed,
+    )
+    generator = LlamaGenerator(
+        resolve(smk.input.evaluator),
+        settings,
+        n_threads=smk.threads,
+        n_gpu_layers=evaluator["n_gpu_layers"],
+        chat_format=evaluator["chat_format"],
+    )
+    generator.preflight(call for row in rows for call in preflight_messages(row, max_tokens))
+    checkpoint = Path(smk.params.checkpoint)
+    progress = Progress(total=sum(len(r["passages"]) for r in rows), log=log.info)
+    out = run_evaluations(
+        generator.complete, generator.reset, rows, checkpoint, max_tokens, progress
+    )
+    write_jsonl(smk.output.evaluations, out)
+    write_json(
+        smk.output.report,
+        {
+            "model": smk.wildcards.model,
+            "dataset": smk.wildcards.dataset,
+            "condition": smk.wildcards.condition,
+            "evaluator": smk.params.evaluator_name,
+            **evaluation_report(out),
+            "job_seconds": round(time.perf_counter() - started, 3),
+            "peak_memory_mb": peak_memory_mb(),
+        },
+    )
+    checkpoint.unlink(missing_ok=True)
+
+
+run_rule(snakemake, main)  # noqa: F821

@@ -1,0 +1,67 @@
+"""Rule evidential_generate: fuse the stored evaluations (EVID; EVID_CB adds the closed-book
+answer as a source), route, and make one generator call per question and variant."""
+
+import time
+from pathlib import Path
+
+import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+
+from grabrag.assets import resolve
+from grabrag.evidential_runs import (
+    generation_preflight,
+    generation_report,
+    peak_memory_mb,
+    run_generation,
+)
+from grabrag.generation import LlamaGenerator, Progress, settings_from
+from grabrag.io import read_jsonl, write_json, write_jsonl
+from grabrag.runner import log, run_rule
+
+
+def main(smk):
+    started = time.perf_counter()
+    variants = [key for key in smk.output.keys() if key != "report"]
+    rows = read_jsonl(smk.input.contexts)
+    evaluations = read_jsonl(smk.input.evaluations)
+    cb = read_jsonl(smk.input.cb)
+    fusion = smk.params.fusion
+    model = smk.params.model
+    generator = LlamaGenerator(
+        resolve(smk.input.model),
+        settings_from(smk.params.generation),
+        n_threads=smk.threads,
+        n_gpu_layers=model["n_gpu_layers"],
+        chat_format=model["chat_format"],
+    )
+    generator.preflight(generation_preflight(rows, evaluations, cb, variants, fusion))
+    checkpoint = Path(smk.params.checkpoint)
+    progress = Progress(total=len(rows) * len(variants), log=log.info)
+    out = run_generation(
+        generator.complete,
+        generator.reset,
+        rows,
+        evaluations,
+        cb,
+        variants,
+        fusion,
+        checkpoint,
+        progress,
+    )
+    for variant in variants:
+        write_jsonl(smk.output[variant], out[variant])
+    write_json(
+        smk.output.report,
+        {
+            "model": smk.wildcards.model,
+            "dataset": smk.wildcards.dataset,
+            "condition": smk.wildcards.condition,
+            "fusion": fusion,
+            "variants": {variant: generation_report(out[variant]) for variant in variants},
+            "job_seconds": round(time.perf_counter() - started, 3),
+            "peak_memory_mb": peak_memory_mb(),
+        },
+    )
+    checkpoint.unlink(missing_ok=True)
+
+
+run_rule(snakemake, main)  # noqa: F821

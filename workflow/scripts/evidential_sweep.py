@@ -1,0 +1,31 @@
+"""Rule evidential_sweep: the lambda x (tau1, tau2) grid and the ablations of EVID and
+EVID_CB for one model x dataset, from stored evaluations only (no LLM call)."""
+
+from pathlib import Path
+
+import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+
+from grabrag.evidential_runs import SWEEP_COLUMNS, sweep_table
+from grabrag.io import read_jsonl, write_csv
+from grabrag.runner import log, run_rule
+
+
+def main(smk):
+    # results/evidential/<model>/<dataset>/<condition>/evaluations.jsonl
+    evaluations = {Path(p).parent.name: read_jsonl(p) for p in smk.input.evaluations}
+    gold = {
+        Path(p).stem: {r["qid"]: r["answers"] for r in read_jsonl(p)} for p in smk.input.contexts
+    }
+    fusion = smk.params.fusion
+    rows = sweep_table(
+        evaluations,
+        gold,
+        read_jsonl(smk.input.cb),
+        ablation_lam=fusion["lam"],
+        merge_f1=fusion["merge_f1"],
+    )
+    write_csv(smk.output.sweep, SWEEP_COLUMNS, rows)
+    log.info("%d sweep rows for %s/%s", len(rows), smk.wildcards.model, smk.wildcards.dataset)
+
+
+run_rule(snakemake, main)  # noqa: F821
