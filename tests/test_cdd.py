@@ -783,3 +783,604 @@ def test_perturbation_type_rejects_unknown_inputs() -> None:
         perturbation_type("QC")
     with pytest.raises(ValueError, match="condition"):
         perturbation_type("Qclosed")
+
+
+# === the workflow layer (grabrag.cdd_runs) =================================================
+
+from grabrag import cdd_runs  # noqa: E402
+from grabrag.errors import DataError  # noqa: E402
+from grabrag.generation import run_cells  # noqa: E402
+
+CONTEXT_ROW = {
+    "qid": "q1",
+    "index": 0,
+    "condition": "QC",
+    "question": QUESTION,
+    "context": CONTEXT,
+    "answers": ["Paris"],
+    "replacement": "Lyon",
+    "tier": "3",
+}
+TRUNCATED_ANSWER = obj(
+    decision="answer", answer="Lyon", confidence=60, source="context", rationale="As stated."
+)
+MISTAKE_ANSWER = obj(
+    decision="answer", answer="Lyon", confidence=99, source="neither", rationale="As told."
+)
+
+
+class StepCompleter:
+    """Answers each CDD step from a script; step 5 answers differently when it sees a
+    truncated trace (no divergence line, no premise line) or an injected mistake. Counts
+    the calls it really makes."""
+
+    def __init__(self, script: dict[str, str] | None = None) -> None:
+        self.script = dict(script or SCRIPT)
+        self.calls: list[str] = []
+
+    def __call__(self, messages: list[dict[str, str]], *, grammar: str) -> dict[str, Any]:
+        user = messages[-1]["content"]
+        (step,) = [s for s in STEPS if STEP_INSTRUCTIONS[s] in user]
+        self.calls.append(step)
+        raw = self.script[step]
+        if step == RESOLUTION and "the correct answer is" in user:
+            raw = MISTAKE_ANSWER
+        elif step == RESOLUTION and "Divergence check" not in user and "premise" not in user:
+            raw = TRUNCATED_ANSWER
+        return {
+            "raw": raw,
+            "finish_reason": "stop",
+            "prompt_tokens": 100,
+            "completion_tokens": 10,
+            "seconds": 0.25,
+        }
+
+
+def test_reusing_completer_runs_each_distinct_call_once() -> None:
+    seen = []
+
+    def complete(messages, *, grammar):
+        seen.append(grammar)
+        return {"raw": "{}", "seconds": 1.5}
+
+    reusing = cdd_runs.ReusingCompleter(complete)
+    message = [{"role": "user", "content": "x"}]
+    assert reusing(message, grammar="g")["seconds"] == 1.5
+    assert reusing(message, grammar="g") == {"raw": "{}", "seconds": 0.0}
+    reusing(message, grammar="h")  # another grammar is another call
+    assert (seen, reusing.executed, reusing.reused) == (["g", "h"], 2, 1)
+    reusing.clear()
+    reusing(message, grammar="g")
+    assert (len(seen), reusing.executed, reusing.reused) == (3, 1, 0)
+
+
+def test_cdd_question_runs_variants_and_perturbations_reusing_identical_calls() -> None:
+    complete, reset = StepCompleter(), Resets()
+    row = cdd_runs.cdd_question(complete, reset, CONTEXT_ROW, CB_ROW)
+    assert reset.count == 1  # one reset per question, the calls share the prefix
+    # full: 1, 3, 4, 5; no_premise: 5 (1 and 3 reused); no_divergence: 4, 5 (1 reused);
+    # truncated and mistake: 5 each
+    assert complete.calls == [
+        CONTEXTUAL,
+        DIVERGENCE,
+        PREMISE,
+        RESOLUTION,
+        RESOLUTION,
+        PREMISE,
+        RESOLUTION,
+        RESOLUTION,
+        RESOLUTION,
+    ]
+    assert (row["llm_calls"], row["reused_calls"]) == (9, 3)
+    assert (row["qid"], row["index"], row["condition"]) == ("q1", 0, "QC")
+    assert (row["decision"], row["answer"], row["rule"], row["calls"]) == (
+        "answer",
+        "Paris",
+        RESOLVED,
+        4,
+    )
+    no_premise = row["ablations"]["no_premise"]
+    assert no_premise["trace"][PREMISE]["skip_reason"] == ABLATED
+    assert no_premise["trace"][CONTEXTUAL]["seconds"] == 0.0  # reused: no time spent
+    assert no_premise["calls"] == 3  # what the variant costs on its own
+    no_divergence = row["ablations"]["no_divergence"]
+    assert no_divergence["trace"][DIVERGENCE]["status"] == SKIPPED
+    assert no_divergence["trace"][PREMISE]["status"] == OK
+    truncated = row["perturbations"]["truncated"]
+    assert (truncated["decision"], truncated["answer"]) == ("answer", "Lyon")
+    mistake = row["perturbations"]["mistake"]
+    assert (mistake["wrong_answer"], mistake["wrong_answer_source"]) == ("Lyon", "replacement")
+    assert mistake["confidence"] == 99 and mistake["resolution"]["status"] == OK
+    assert row["diagnostics"] is True
+    json.dumps(row)
+
+
+def test_cdd_question_without_divergence_reuses_the_no_premise_run_whole() -> None:
+    script = {**SCRIPT, DIVERGENCE: obj(diverge=False, explanation="Same.")}
+    complete = StepCompleter(script)
+    row = cdd_runs.cdd_question(complete, Resets(), CONTEXT_ROW, CB_ROW)
+    # full 1, 3, 5; no_premise all reused; no_divergence 4, 5; truncated 5; mistake 5
+    assert (row["llm_calls"], row["reused_calls"]) == (7, 4)
+    assert row["ablations"]["no_premise"]["decision"] == row["decision"]
+
+
+def test_cdd_question_without_diagnostics_and_with_in_context_prior() -> None:
+    complete = StepCompleter()
+    row = cdd_runs.cdd_question(
+        complete, Resets(), CONTEXT_ROW, None, parametric="in_context", diagnostics=False
+    )
+    assert complete.calls == [CONTEXTUAL, PARAMETRIC, DIVERGENCE, PREMISE, RESOLUTION]
+    assert "ablations" not in row and "perturbations" not in row
+    assert (row["diagnostics"], row["llm_calls"], row["parametric"]) == (False, 5, "in_context")
+
+
+def test_cdd_question_never_crashes_on_unparseable_output() -> None:
+    script = {step: "not json" for step in STEPS}
+    row = cdd_runs.cdd_question(StepCompleter(script), Resets(), CONTEXT_ROW, CB_ROW)
+    assert (row["decision"], row["rule"]) == (None, PARSE_FAILED)
+    statuses = {step: entry["status"] for step, entry in row["trace"].items()}
+    assert statuses[CONTEXTUAL] == FAILED and statuses[RESOLUTION] == FAILED
+    assert set(statuses.values()) <= set(cdd_runs.STEP_STATUSES)
+    # no answer for the divergence fallback: no divergence, premise skipped
+    assert statuses[PREMISE] == SKIPPED
+    assert row["ablations"]["no_divergence"]["rule"] == PARSE_FAILED
+
+
+def test_wrong_answer_prefers_the_planted_replacement_and_skips_gold() -> None:
+    trace = {PARAMETRIC: {"fields": {"answer": "Marseille"}}}
+    assert cdd_runs.wrong_answer(CONTEXT_ROW, trace) == ("Lyon", "replacement")
+    q0 = {"answers": ["Paris"]}
+    assert cdd_runs.wrong_answer(q0, trace) == ("Marseille", "parametric_answer")
+    correct_prior = {PARAMETRIC: {"fields": {"answer": "paris."}}}
+    assert cdd_runs.wrong_answer(q0, correct_prior) == ("Atlantis", "fixed")
+    assert cdd_runs.wrong_answer({**CONTEXT_ROW, "replacement": "Paris"}, {}) == (
+        "Atlantis",
+        "fixed",
+    )
+
+
+def _rows(n: int) -> list[dict[str, Any]]:
+    return [{**CONTEXT_ROW, "qid": f"q{i}", "index": i} for i in range(n)]
+
+
+def _cb(n: int) -> list[dict[str, Any]]:
+    return [{**CB_ROW, "qid": f"q{i}"} for i in range(n)]
+
+
+def _without_timing(rows: list[dict[str, Any]]) -> str:
+    return re.sub(r'"(question_)?seconds": [0-9.]+', "", json.dumps(rows, sort_keys=True))
+
+
+def test_run_traces_resumes_after_a_kill_and_matches_an_uninterrupted_run(tmp_path) -> None:
+    lines: list[str] = []
+    reference = cdd_runs.run_traces(
+        StepCompleter(), Resets(), _rows(3), _cb(3), tmp_path / "a.jsonl", log=lines.append
+    )
+    assert [r["qid"] for r in reference] == ["q0", "q1", "q2"]
+    assert len(lines) == 3 and "9 LLM calls (3 reused)" in lines[0] and "ETA" in lines[0]
+
+    class Killed(Exception):
+        pass
+
+    class Dies(StepCompleter):
+        def __call__(self, messages, *, grammar):
+            if len(self.calls) == 11:  # question 0 done (9 calls), question 1 in flight
+                raise Killed
+            return super().__call__(messages, grammar=grammar)
+
+    checkpoint = tmp_path / "b.jsonl"
+    with pytest.raises(Killed):
+        cdd_runs.run_traces(Dies(), Resets(), _rows(3), _cb(3), checkpoint, fingerprint="f")
+    assert len(checkpoint.read_text().splitlines()) == 1
+    with checkpoint.open("a") as handle:
+        handle.write('{"qid": "q1", "torn')  # a write cut by the kill
+    resumed_completer, lines = StepCompleter(), []
+    resumed = cdd_runs.run_traces(
+        resumed_completer, Resets(), _rows(3), _cb(3), checkpoint, fingerprint="f", log=lines.append
+    )
+    assert len(resumed_completer.calls) == 18  # questions 1 and 2 only
+    assert lines[0].endswith("q0 (from checkpoint)")
+    assert _without_timing(resumed) == _without_timing(reference)
+    assert all(json.loads(line) for line in checkpoint.read_text().splitlines())
+    # another fingerprint (other settings): nothing is reused
+    again = StepCompleter()
+    cdd_runs.run_traces(again, Resets(), _rows(3), _cb(3), checkpoint, fingerprint="g")
+    assert len(again.calls) == 27
+
+
+def test_run_traces_needs_every_closed_book_row(tmp_path) -> None:
+    with pytest.raises(DataError, match="no closed-book"):
+        cdd_runs.run_traces(StepCompleter(), Resets(), _rows(2), _cb(1), tmp_path / "c.jsonl")
+    rows = cdd_runs.run_traces(
+        StepCompleter(), Resets(), _rows(1), None, tmp_path / "d.jsonl", parametric="in_context"
+    )
+    assert rows[0]["parametric"] == "in_context"
+
+
+def test_preflight_calls_bound_the_longest_step_five_prompt() -> None:
+    long_cb = {**CB_ROW, "qid": "q0", "answer": "a very long closed book answer " * 10}
+    ((label, messages),) = cdd_runs.preflight_calls(_rows(1), [long_cb], 64)
+    assert "q0" in label and STEP_INSTRUCTIONS[RESOLUTION] in messages[-1]["content"]
+    user = messages[-1]["content"]
+    assert user.count("word") >= 3 * 64  # contextual answer, explanation, premise
+    assert "the correct answer is a very long closed book answer" in user
+    real = cdd_runs.cdd_question(StepCompleter(), Resets(), _rows(1)[0], long_cb)
+    longest_real = max(
+        len(json.dumps(step_messages(RESOLUTION, QUESTION, CONTEXT, real["trace"]))) for _ in (0,)
+    )
+    assert len(json.dumps(messages)) > longest_real
+
+
+def test_contracts_follow_the_prompts(monkeypatch) -> None:
+    prompt, baseline = cdd_runs.prompt_contract(), cdd_runs.baseline_contract()
+    assert re.fullmatch(r"[0-9a-f]{16}", prompt) and prompt == cdd_runs.prompt_contract()
+    monkeypatch.setitem(STEP_INSTRUCTIONS, PREMISE, STEP_INSTRUCTIONS[PREMISE] + " Be exact.")
+    assert cdd_runs.prompt_contract() != prompt
+    assert cdd_runs.baseline_contract() == baseline
+    monkeypatch.setitem(BASELINE_PROMPTS, "CAI", BASELINE_PROMPTS["CAI"] + " Be careful.")
+    assert cdd_runs.baseline_contract() != baseline
+
+
+def test_run_cells_takes_a_message_builder_for_the_baselines(tmp_path) -> None:
+    seen = []
+
+    def complete(messages):
+        seen.append(messages)
+        raw = '{"decision": "abstain", "answer": "", "confidence": 10, "reasoning": "r"}'
+        return {
+            "raw": raw,
+            "finish_reason": "stop",
+            "prompt_tokens": 5,
+            "completion_tokens": 5,
+            "seconds": 0.1,
+        }
+
+    rows = [{**CONTEXT_ROW, "qid": "a"}, {**CONTEXT_ROW, "qid": "b"}]
+    cells = run_cells(
+        complete,
+        lambda: None,
+        rows,
+        list(BASELINE_PROMPTS),
+        tmp_path / "ck.jsonl",
+        messages=baseline_messages,
+    )
+    assert seen[0] == baseline_messages("CAI", QUESTION, CONTEXT)
+    assert seen[3] == baseline_messages("FILTER", QUESTION, CONTEXT)
+    assert [r["prompt"] for r in cells["SHAM"]] == ["SHAM", "SHAM"]
+    assert cells["REFLECT"][0]["decision"] == "abstain"
+    assert cdd_runs.baseline_decisions(cells["CAI"], "CAI")[0]["rule"] == "generated"
+
+
+# --- decision rows -----------------------------------------------------------------------
+
+
+def _trace_rows() -> list[dict[str, Any]]:
+    first = cdd_runs.cdd_question(StepCompleter(), Resets(), _rows(2)[0], _cb(1)[0])
+    failed = cdd_runs.cdd_question(
+        StepCompleter({**SCRIPT, RESOLUTION: "{broken"}), Resets(), _rows(2)[1], _cb(2)[1]
+    )
+    return [first, failed]
+
+
+def test_cdd_decisions() -> None:
+    rows = cdd_runs.cdd_decisions(_trace_rows())
+    assert rows[0] == {
+        "qid": "q0",
+        "index": 0,
+        "condition": "QC",
+        "policy": "CDD",
+        "decision": "answer",
+        "answer": "Paris",
+        "confidence": 85,
+        "rule": RESOLVED,
+        "source": "parametric",
+        "parse_status": OK,
+        "llm_calls": 4,
+    }
+    assert (rows[1]["decision"], rows[1]["answer"], rows[1]["confidence"]) == (None, None, None)
+    assert (rows[1]["rule"], rows[1]["parse_status"]) == (PARSE_FAILED, FAILED)
+    with pytest.raises(DataError, match="more than once"):
+        cdd_runs.cdd_decisions(_trace_rows()[:1] * 2)
+
+
+def test_cdd_alpha_decisions_keep_p1_for_low_conflict_questions() -> None:
+    traces = _trace_rows()
+    # q1's step 1 agrees with its CB answer: no conflict, P1's row stands
+    traces[1]["trace"][CONTEXTUAL]["fields"]["answer"] = "Paris"
+    p1 = [
+        {**P1_ROW, "qid": "q0", "index": 0, "condition": "QC", "prompt": "P1"},
+        {**P1_ROW, "qid": "q1", "index": 1, "condition": "QC", "prompt": "P1", "answer": "Nice"},
+    ]
+    rows = cdd_runs.cdd_alpha_decisions(p1, traces)
+    assert (rows[0]["decision"], rows[0]["answer"], rows[0]["rule"], rows[0]["gated"]) == (
+        "answer",
+        "Paris",
+        RESOLVED,
+        True,
+    )
+    assert (rows[1]["answer"], rows[1]["confidence"], rows[1]["rule"], rows[1]["gated"]) == (
+        "Nice",
+        70,
+        GATE_BYPASS,
+        False,
+    )
+    assert rows[1]["policy"] == "CDD_ALPHA" and rows[1]["llm_calls"] == 1
+    # a threshold above every score bypasses everything
+    assert not any(r["gated"] for r in cdd_runs.cdd_alpha_decisions(p1, traces, 1.01))
+    with pytest.raises(DataError, match="no CDD trace row"):
+        cdd_runs.cdd_alpha_decisions(p1, traces[:1])
+    with pytest.raises(DataError, match="wrong generation file"):
+        cdd_runs.cdd_alpha_decisions([{**p1[0], "prompt": "P0"}], traces)
+
+
+def test_baseline_decisions() -> None:
+    rows = [
+        {"qid": "a", "prompt": "SHAM", "decision": "answer", "answer": "x", "confidence": 5},
+        {"qid": "b", "prompt": "SHAM", "decision": None, "parse_status": "failed"},
+    ]
+    out = cdd_runs.baseline_decisions(rows, "SHAM")
+    assert [(r["decision"], r["confidence"], r["rule"]) for r in out] == [
+        ("answer", 5, "generated"),
+        (None, None, "parse_failed"),
+    ]
+    with pytest.raises(DataError, match="wrong generation file"):
+        cdd_runs.baseline_decisions(rows, "CAI")
+    with pytest.raises(ValueError, match="not a baseline"):
+        cdd_runs.baseline_decisions(rows, "P1")
+
+
+def test_policies_decide_dispatches_the_cdd_family() -> None:
+    from grabrag.policies import POLICIES, POLICY_INPUTS, decide
+
+    assert POLICIES[-6:] == ("CDD", "CDD_ALPHA", "CAI", "SHAM", "REFLECT", "FILTER")
+    assert POLICY_INPUTS["CDD_ALPHA"] == ("P1", "CDD")
+    traces = _trace_rows()
+    assert decide("CDD", {"CDD": traces})[0]["policy"] == "CDD"
+    p1 = [{**P1_ROW, "qid": q} for q in ("q0", "q1")]
+    gated = decide("CDD_ALPHA", {"P1": p1, "CDD": traces}, gate_threshold=1.01)
+    assert [r["rule"] for r in gated] == [GATE_BYPASS, GATE_BYPASS]
+    cai = [{"qid": "a", "prompt": "CAI", "decision": "abstain", "answer": "", "confidence": 3}]
+    assert decide("CAI", {"CAI": cai})[0]["rule"] == "generated"
+    with pytest.raises(ValueError, match="needs inputs"):
+        decide("CDD_ALPHA", {"CDD": traces})
+
+
+# --- diagnostics -------------------------------------------------------------------------
+
+
+def test_correct_and_lenient() -> None:
+    answer = {"decision": "answer", "answer": "the Paris"}
+    abstain = {"decision": "abstain", "answer": ""}
+    failed = {"decision": None, "answer": None}
+    assert cdd_runs.correct(answer, "Q100", ["Paris"])
+    assert not cdd_runs.correct(answer, "Q50", ["Lyon"])
+    assert not cdd_runs.correct(abstain, "Q100", ["Paris"])
+    assert cdd_runs.correct(abstain, "QC", ["Paris"]) and cdd_runs.correct(abstain, "QX", [])
+    assert not cdd_runs.correct(answer, "QC", ["Paris"])
+    assert cdd_runs.correct_lenient(answer, "QC", ["Paris"])
+    assert not cdd_runs.correct_lenient(answer, "Q0", ["Lyon"])
+    assert not cdd_runs.correct(failed, "Q0", []) and not cdd_runs.correct(None, "Q100", ["x"])
+    with pytest.raises(ValueError, match="condition"):
+        cdd_runs.correct(answer, "Qclosed", [])
+
+
+def _outcome(decision: str | None, answer: str | None = "") -> dict[str, Any]:
+    return {"decision": decision, "answer": answer}
+
+
+def _trace_row(
+    qid: str, clean: dict, truncated: dict, mistake: dict, contextual: str, parametric: str
+) -> dict[str, Any]:
+    return {
+        "qid": qid,
+        **clean,
+        "trace": {
+            CONTEXTUAL: {"fields": {"answer": contextual}},
+            PARAMETRIC: {"fields": {"answer": parametric}},
+        },
+        "ablations": {"no_premise": truncated, "no_divergence": clean},
+        "perturbations": {"truncated": truncated, "mistake": mistake},
+    }
+
+
+def _diagnostic_inputs() -> tuple[dict, dict, dict]:
+    gold = ["Paris"]
+    contexts = {
+        "Q100": [{"qid": f"a{i}", "answers": gold} for i in range(4)],
+        "QC": [
+            {"qid": "c0", "answers": gold, "tier": "3"},
+            {"qid": "c1", "answers": gold, "tier": "1"},
+        ],
+    }
+    right, wrong = _outcome("answer", "Paris"), _outcome("answer", "Lyon")
+    abstain = _outcome("abstain")
+    traces = {
+        # clean 3/4 correct; truncated 2/4; mistake 0/4
+        "Q100": [
+            _trace_row("a0", right, right, wrong, "Paris", "Paris"),
+            _trace_row("a1", right, wrong, wrong, "Paris", "Rome"),
+            _trace_row("a2", right, right, wrong, "Rome", "Paris"),
+            _trace_row("a3", wrong, wrong, wrong, "Lyon", ""),
+        ],
+        # clean 1/2 (abstaining is right); truncated 2/2; mistake 1/2
+        "QC": [
+            _trace_row("c0", abstain, abstain, abstain, "Lyon", "Paris"),
+            _trace_row("c1", wrong, abstain, wrong, "Lyon", "Paris"),
+        ],
+    }
+    decisions = {
+        ("Q100", "CDD"): [
+            {"qid": r["qid"], **_outcome(r["decision"], r["answer"])} for r in traces["Q100"]
+        ],
+        ("QC", "CDD"): [
+            {"qid": r["qid"], **_outcome(r["decision"], r["answer"])} for r in traces["QC"]
+        ],
+        ("Q100", "P1"): [{"qid": f"a{i}", **right} for i in range(4)],
+        ("QC", "P1"): [{"qid": "c0", **right}, {"qid": "c1", **wrong}],
+    }
+    return contexts, traces, decisions
+
+
+def _by_key(rows: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    return {
+        (
+            r["section"],
+            r["policy"],
+            r["variant"],
+            r["condition"],
+            r["perturbation_type"],
+            r["metric"],
+        ): r
+        for r in rows
+    }
+
+
+def test_diagnostics_on_hand_made_rows() -> None:
+    contexts, traces, decisions = _diagnostic_inputs()
+    rows = cdd_runs.diagnostics(
+        "m", "d", ["Q100", "QC"], contexts, traces, decisions, n_resamples=200, seed=1
+    )
+    assert all(tuple(r) == cdd_runs.DIAGNOSTIC_COLUMNS for r in rows)
+    got = _by_key(rows)
+
+    def value(*key):
+        return got[key]["value"]
+
+    # sensitivity = (clean - corrupted) / clean
+    assert value("sensitivity", "CDD", "truncated", "Q100", "", "acc_clean") == 0.75
+    assert value("sensitivity", "CDD", "truncated", "Q100", "", "acc_corrupted") == 0.5
+    assert value("sensitivity", "CDD", "truncated", "Q100", "", "sensitivity") == pytest.approx(
+        1 / 3
+    )
+    assert value("sensitivity", "CDD", "mistake", "Q100", "", "sensitivity") == 1.0
+    assert value("sensitivity", "CDD", "truncated", "QC", "", "sensitivity") == -1.0
+    assert value("sensitivity", "CDD", "mistake", "all", "", "sensitivity") == pytest.approx(
+        (4 / 6 - 1 / 6) / (4 / 6)
+    )
+    assert value("sensitivity", "CDD", "truncated", "Q100", "", "changed") == 0.25
+    entry = got[("sensitivity", "CDD", "mistake", "Q100", "", "sensitivity")]
+    assert entry["n"] == 4 and entry["ci_low"] <= entry["value"] <= entry["ci_high"]
+    # ablations (no_premise = the truncated outcomes here, no_divergence = clean)
+    assert value("ablation", "CDD", "no_premise", "Q100", "", "accuracy") == 0.5
+    assert value("ablation", "CDD", "no_divergence", "all", "", "accuracy") == pytest.approx(4 / 6)
+    assert value("ablation", "CDD", "full", "QC", "", "answer_rate") == 0.5
+    # source control of the answered full rows at Q100: a0 both, a1 context, a2
+    # parametric, a3 context ("Lyon" = step 1)
+    counts = {
+        label: value("source_control", "CDD", "full", "Q100", "", label)
+        for label in ("context", "parametric", "both", "neither")
+    }
+    assert counts == {"context": 2, "parametric": 1, "both": 1, "neither": 0}
+    assert got[("source_control", "CDD", "full", "Q100", "", "context")]["n"] == 4
+    assert value("source_control", "CDD", "full", "QC", "", "neither") == 0  # c1 = step 1
+    # perturbation types: CDD clean 3/4; entity swap (tier 3) 1/1; temporal (tier 1) 0/1
+    assert value("perturbation_type", "CDD", "", "", "clean", "accuracy") == 0.75
+    assert value("perturbation_type", "CDD", "", "", "entity_swap", "accuracy") == 1.0
+    assert value("perturbation_type", "CDD", "", "", "temporal_shift", "accuracy") == 0.0
+    missing = got[("perturbation_type", "CDD", "", "", "numeric", "accuracy")]
+    assert math.isnan(missing["value"]) and missing["n"] == 0 and missing["reason"]
+    macro = got[("perturbation_type", "CDD", "", "", "macro_adversarial", "accuracy")]
+    assert (macro["value"], macro["n"]) == (0.5, 2)  # mean of 1.0 and 0.0, not pooled
+    assert macro["ci_low"] <= 0.5 <= macro["ci_high"]
+    # P1 answered "Paris" at c0: wrong under accuracy, right under the lenient form
+    assert value("perturbation_type", "P1", "", "", "entity_swap", "accuracy") == 0.0
+    assert value("perturbation_type", "P1", "", "", "entity_swap", "accuracy_lenient") == 1.0
+    # deterministic
+    again = cdd_runs.diagnostics(
+        "m", "d", ["Q100", "QC"], contexts, traces, decisions, n_resamples=200, seed=1
+    )
+    assert json.dumps(again) == json.dumps(rows)
+
+
+def test_diagnostics_edge_cases() -> None:
+    contexts, traces, decisions = _diagnostic_inputs()
+    # every clean answer wrong: sensitivity undefined, with its reason
+    zero = {"Q100": [{**r, "decision": "abstain", "answer": ""} for r in traces["Q100"]]}
+    rows = _by_key(
+        cdd_runs.diagnostics(
+            "m", "d", ["Q100"], {"Q100": contexts["Q100"]}, zero, {}, n_resamples=100
+        )
+    )
+    entry = rows[("sensitivity", "CDD", "truncated", "Q100", "", "sensitivity")]
+    assert math.isnan(entry["value"]) and "clean accuracy is 0" in entry["reason"]
+    # a condition without rows (no QC-eligible question) gives NaN rows, not a crash
+    empty = cdd_runs.diagnostics(
+        "m", "d", ["QC"], {"QC": []}, {"QC": []}, {("QC", "CDD"): []}, n_resamples=100
+    )
+    assert empty and all(math.isnan(r["value"]) or r["section"] == "source_control" for r in empty)
+    # without diagnostics runs: only source control and the perturbation types
+    plain = {
+        c: [{k: v for k, v in r.items() if k not in ("ablations", "perturbations")} for r in rs]
+        for c, rs in traces.items()
+    }
+    sections = {
+        r["section"]
+        for r in cdd_runs.diagnostics(
+            "m", "d", ["Q100", "QC"], contexts, plain, decisions, n_resamples=100
+        )
+    }
+    assert sections == {"source_control", "perturbation_type"}
+    mixed = {"Q100": plain["Q100"], "QC": traces["QC"]}
+    with pytest.raises(DataError, match="different cdd.diagnostics"):
+        cdd_runs.diagnostics("m", "d", ["Q100", "QC"], contexts, mixed, decisions)
+    with pytest.raises(DataError, match="lack qid"):
+        cdd_runs.diagnostics(
+            "m", "d", ["Q100"], contexts, {"Q100": traces["Q100"][:2]}, {}, n_resamples=100
+        )
+    # no traces at all (only baselines configured): perturbation types only
+    only = cdd_runs.diagnostics("m", "d", ["Q100", "QC"], contexts, None, decisions)
+    assert {r["section"] for r in only} == {"perturbation_type"}
+
+
+def test_cdd_tables_from_hand_made_frames() -> None:
+    import pandas as pd
+
+    from grabrag import tables as T
+
+    contexts, traces, decisions = _diagnostic_inputs()
+    diag = cdd_runs.diagnostics_frame(
+        cdd_runs.diagnostics("m", "d", ["Q100", "QC"], contexts, traces, decisions, n_resamples=100)
+    )
+    metrics = pd.DataFrame(
+        [
+            ("m", "d", policy, condition, metric, 0.5, 0.4, 0.6, 4, "")
+            for policy in ("P1", "CDD", "P3")
+            for condition in ("Q100", "QC")
+            for metric in ("answer_rate", "em")
+        ],
+        columns=(
+            "model",
+            "dataset",
+            "policy",
+            "condition",
+            "metric",
+            "value",
+            "ci_low",
+            "ci_high",
+            "n",
+            "reason",
+        ),
+    )
+    results = T.table_cdd_results(metrics, diag)
+    assert list(results.policy) == ["P1", "CDD"]  # P3 is not a CDD-table policy
+    assert results.loc[1, "HwSA@QC [95% CI]"] == "50.0 [40.0, 60.0]"
+    assert results.loc[1, "Ans@Q100 [95% CI]"] == "50.0 [40.0, 60.0]"
+    assert results.loc[1, "Acc clean"] == "75.0" and results.loc[1, "Acc entity_swap"] == "100.0"
+    assert "Acc numeric" not in results.columns  # no row of that type
+    assert results.loc[1, "Acc adversarial macro [95% CI]"].startswith("50.0 [")
+    sensitivity = T.table_cdd_sensitivity(diag)
+    assert list(sensitivity.perturbation.unique()) == ["truncation", "mistake injection"]
+    assert list(sensitivity.condition[:3]) == ["Q100", "QC", "all"]
+    assert sensitivity.loc[0, "Sensitivity [95% CI]"].startswith("+33.3 [")
+    ablation = T.table_cdd_ablation(diag)
+    assert list(ablation.columns[-3:]) == [
+        "Acc full CDD",
+        "Acc without premise isolation",
+        "Acc without divergence check",
+    ]
+    assert ablation.loc[0, "Acc without premise isolation"].startswith("50.0")
+    sources = T.table_cdd_source_control(diag)
+    assert sources.loc[0, "context"] == "2 (50.0%)" and sources.loc[0, "answered"] == 4
+    # CDD_ALPHA is printed as CDD-alpha
+    shown = T.display_policies(pd.DataFrame({"policy": ["CDD_ALPHA", "CDD"]}))
+    assert list(shown.policy) == ["CDD-alpha", "CDD"]

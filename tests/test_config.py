@@ -43,7 +43,16 @@ def test_defaults_are_filled(embedded: dict) -> None:
     del embedded["seed_sensitivity"]
     assert validate_config(embedded)["seed_sensitivity"] is None
     assert config["generation"]["conditions"] == ["Q100", "Q50", "Q0", "QC", "QX"]
-    assert config["policies"]["names"] == ["P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB"]
+    assert config["policies"]["names"] == [
+        *("P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB"),
+        *("CDD", "CDD_ALPHA", "CAI", "SHAM", "REFLECT", "FILTER"),
+    ]
+    assert config["cdd"] == {
+        "parametric": "closed_book",
+        "step_max_tokens": 128,
+        "gate_threshold": 0.5,
+        "diagnostics": True,
+    }
     assert config["evidential"] == {
         "evaluator": None,
         "lam": 0.6,
@@ -89,6 +98,11 @@ def test_validation_does_not_modify_its_input(embedded: dict) -> None:
         (lambda c: c.update(evidential={"evaluator_max_tokens": 0}), "evidential"),
         (lambda c: c.update(policies={"names": ["P1", "EVID+CB"]}), "policies.names"),
         (lambda c: c.update(policies={"names": ["P1", "P1"]}), "policies.names"),
+        (lambda c: c.update(cdd={"parametric": "prompted"}), "cdd.parametric"),
+        (lambda c: c.update(cdd={"gate_threshold": 1.5}), "cdd.gate_threshold"),
+        (lambda c: c.update(cdd={"step_max_tokens": 4}), "cdd.step_max_tokens"),
+        (lambda c: c.update(cdd={"diagnostic": True}), "cdd"),
+        (lambda c: c.update(policies={"names": ["P1", "CDD-alpha"]}), "policies.names"),
         (
             lambda c: c.update(contexts={"n_passages": 1, "n_gold_q50": 1}),
             "generation.conditions",

@@ -95,7 +95,21 @@ CONDITIONS = ("Q100", "Q50", "Q0", "QC", "QX")
 # The paper's four conditions: ``all`` (Table 10's pooled AURC/ECE) pools these only, so
 # adding QX leaves the paper's tables as they were.
 PAPER_CONDITIONS = ("Q100", "Q50", "Q0", "QC")
-POLICY_ORDER = ("P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB")
+POLICY_ORDER = (
+    "P0",
+    "P1",
+    "P2",
+    "P3",
+    "P4",
+    "EVID",
+    "EVID_CB",
+    "CDD",
+    "CDD_ALPHA",
+    "CAI",
+    "SHAM",
+    "REFLECT",
+    "FILTER",
+)
 PAPER_POLICIES = ("P0", "P1", "P2", "P3", "P4")
 ALL = "all"
 POOLED = "pooled"

@@ -23,6 +23,12 @@ POLICY_COLOURS = {
     "P4": "#8172b3",
     "EVID": "#937860",
     "EVID_CB": "#da8bc3",
+    "CDD": "#1b9e77",
+    "CDD_ALPHA": "#66a61e",
+    "CAI": "#e7298a",
+    "SHAM": "#7f7f7f",
+    "REFLECT": "#e6ab02",
+    "FILTER": "#17becf",
 }
 POLICY_NAMES = {
     "P0": "P0 (none)",
@@ -32,6 +38,12 @@ POLICY_NAMES = {
     "P4": "P4 (NLI)",
     "EVID": "EVID",
     "EVID_CB": "EVID+CB",
+    "CDD": "CDD",
+    "CDD_ALPHA": "CDD-alpha",
+    "CAI": "CAI (conflict-aware)",
+    "SHAM": "SHAM (sham CoT)",
+    "REFLECT": "REFLECT (reflection)",
+    "FILTER": "FILTER (prompt-filtered)",
 }
 CONDITIONS = ("Q100", "Q50", "Q0", "QC", "QX")
 SHOULD_ABSTAIN = ("Q0", "QC", "QX")
@@ -168,14 +180,19 @@ def risk_coverage_figure(
 def reliability_figure(bins: Mapping[str, Sequence[Mapping[str, float]]]) -> Any:
     """Reliability diagrams: accuracy per confidence bin, one panel per policy."""
     policies = [p for p in POLICY_COLOURS if p in bins]
+    # At most 7 panels a row (13 policies with the CDD family make two rows).
+    ncols = max(1, min(7, len(policies)))
+    nrows = max(1, math.ceil(len(policies) / ncols))
     fig, axes = plt.subplots(
-        1,
-        max(1, len(policies)),
-        figsize=(3 * max(1, len(policies)), 3.2),
+        nrows,
+        ncols,
+        figsize=(3 * ncols, 3.2 * nrows),
         squeeze=False,
         sharey=True,
     )
-    for ax, policy in zip(axes[0], policies, strict=False):
+    for ax in axes.flat[len(policies) :]:
+        ax.set_visible(False)
+    for ax, policy in zip(axes.flat, policies, strict=False):
         rows = [b for b in bins[policy] if b["n"] and not math.isnan(b["accuracy"])]
         ax.plot([0, 1], [0, 1], color="0.6", linestyle=":", label="perfect calibration")
         ax.bar(
@@ -190,7 +207,8 @@ def reliability_figure(bins: Mapping[str, Sequence[Mapping[str, float]]]) -> Any
         ax.set_xlabel("confidence (bin midpoint)")
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1.02)
-    axes[0][0].set_ylabel("fraction correct")
+    for row in axes:
+        row[0].set_ylabel("fraction correct")
     axes[0][0].legend(fontsize=7)
     fig.suptitle("Reliability (10 bins, all models, datasets and conditions)", fontsize=10)
     fig.tight_layout()

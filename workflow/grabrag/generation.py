@@ -201,6 +201,8 @@ class LlamaGenerator:
 
 
 Completer = Callable[[list[dict[str, str]]], dict[str, Any]]
+# messages(prompt, question, context) -> chat messages (default: the paper's prompts).
+MessageBuilder = Callable[[str, str, str], list[dict[str, str]]]
 
 
 def generation_row(
@@ -279,12 +281,15 @@ def run_cells(
     prompts: Sequence[str],
     checkpoint: Path,
     progress: Progress | None = None,
+    messages: MessageBuilder = messages_for,
 ) -> dict[str, list[dict[str, Any]]]:
     """Generate every (question, prompt) call, resuming from ``checkpoint``.
 
     Prompts of one question run back to back (shared prefix); rows come back per
     prompt in question order. The checkpoint is left in place; the caller removes it
-    once the cells are written.
+    once the cells are written. ``messages`` builds a prompt's chat messages (default
+    the paper's P0-P2/CB prompts; CDD's baselines pass
+    :func:`grabrag.cdd.baseline_messages`); outputs are parsed with :func:`parse_output`.
     """
     done = read_checkpoint(checkpoint)
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
@@ -298,7 +303,7 @@ def run_cells(
             if pending:
                 reset()
             for prompt in pending:
-                result = complete(messages_for(prompt, row["question"], row["context"]))
+                result = complete(messages(prompt, row["question"], row["context"]))
                 out = generation_row(row, prompt, result)
                 done[(row["qid"], prompt)] = out
                 _append(handle, out)

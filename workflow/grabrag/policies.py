@@ -63,6 +63,13 @@ NLI row); a missing one is a DataError naming the qids and the kind of file.
   not the generator's self-reported one. On the conflict-aware and abstain routes the
   generator was told to abstain, so its output (parsed or not) does not change the
   decision.
+
+* CDD, CDD_ALPHA and the prompt-only baselines CAI, SHAM, REFLECT, FILTER (issue 9,
+  :mod:`grabrag.cdd_runs`): CDD takes its full run's step-5 decision, answer and
+  confidence (rule ``cdd_resolved``; ``parse_failed`` when step 5 could not be parsed);
+  CDD_ALPHA takes the CDD row for a question its contradiction gate routes (step-1 vs
+  parametric answer) and the P1 generation row otherwise (rule ``gate_bypass``), with
+  no new model call; each baseline passes its own generation row through like P0-P2.
 """
 
 from __future__ import annotations
@@ -70,12 +77,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from . import cdd_runs
 from .errors import DataError
 from .evidential import ROUTES, evid_confidence
 from .metrics import token_f1
 
-POLICIES = ("P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB")
+POLICIES = ("P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB", *cdd_runs.FAMILY)
 EVIDENTIAL = ("EVID", "EVID_CB")
+# CDD, CDD-alpha and the prompt-only baselines (issue 9): see grabrag.cdd_runs.
+CDD, CDD_ALPHA = cdd_runs.CDD, cdd_runs.CDD_ALPHA
+CDD_BASELINES = cdd_runs.BASELINE_POLICIES
 SINGLE_PASS = ("P0", "P1", "P2")
 CLOSED_BOOK = "CB"
 NLI = "NLI"
@@ -88,6 +99,11 @@ POLICY_INPUTS: dict[str, tuple[str, ...]] = {
     "P4": ("P1", CLOSED_BOOK, NLI),
     "EVID": ("EVID",),
     "EVID_CB": ("EVID_CB",),
+    # CDD reads its traces (results/cdd/.../traces.jsonl), CDD-alpha those and the P1 cell,
+    # each baseline its own generation cell (results/cdd/.../<name>.jsonl).
+    CDD: (CDD,),
+    CDD_ALPHA: ("P1", CDD),
+    **{name: (name,) for name in CDD_BASELINES},
 }
 
 CONFIDENCE_CUTOFF = 50
@@ -429,8 +445,10 @@ def decide(
     inputs: Mapping[str, Sequence[Mapping[str, Any]]],
     cutoff: float = CONFIDENCE_CUTOFF,
     threshold: float = F1_THRESHOLD,
+    gate_threshold: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Decision rows of ``policy`` from ``inputs`` keyed as in :data:`POLICY_INPUTS`."""
+    """Decision rows of ``policy`` from ``inputs`` keyed as in :data:`POLICY_INPUTS`.
+    ``gate_threshold``: CDD-alpha's contradiction gate (None: grabrag.cdd's default)."""
     if policy not in POLICY_INPUTS:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     missing = [key for key in POLICY_INPUTS[policy] if key not in inputs]
@@ -440,6 +458,13 @@ def decide(
         return single_pass_decisions(inputs[policy], policy)
     if policy in EVIDENTIAL:
         return evidential_decisions(inputs[policy], policy)
+    if policy == CDD:
+        return cdd_runs.cdd_decisions(inputs[CDD])
+    if policy == CDD_ALPHA:
+        gate = cdd_runs.C.GATE_THRESHOLD if gate_threshold is None else gate_threshold
+        return cdd_runs.cdd_alpha_decisions(inputs["P1"], inputs[CDD], gate)
+    if policy in CDD_BASELINES:
+        return cdd_runs.baseline_decisions(inputs[policy], policy)
     if policy == "P3":
         return p3_decisions(inputs["P1"], inputs[CLOSED_BOOK], cutoff, threshold)
     return p4_decisions(inputs["P1"], inputs[CLOSED_BOOK], inputs[NLI], cutoff)

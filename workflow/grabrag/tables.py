@@ -21,7 +21,7 @@ from .policies import SWEEP_CUTOFFS, SWEEP_THRESHOLDS, p3_sweep_decisions
 POLICIES = ("P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB")
 PAPER_POLICIES = ("P0", "P1", "P2", "P3", "P4")
 # How a policy is printed (EVID_CB is the EVID+CB variant).
-DISPLAY = {"EVID_CB": "EVID+CB"}
+DISPLAY = {"EVID_CB": "EVID+CB", "CDD_ALPHA": "CDD-alpha"}
 SHOULD_ANSWER = ("Q100", "Q50")
 SHOULD_ABSTAIN = ("Q0", "QC", "QX")
 
@@ -611,3 +611,163 @@ def write_table(table: pd.DataFrame, stem: str | Path, caption: str) -> list[Pat
     with atomic_write(paths[2]) as handle:
         handle.write(table.to_latex(index=False, caption=caption, escape=True))
     return paths
+
+
+# --- CDD, CDD-alpha and the prompt-only baselines (issue 9) -------------------------------
+
+CDD_POLICIES = ("P1", "CDD", "CDD_ALPHA", "CAI", "SHAM", "REFLECT", "FILTER")
+"""The policies of the CDD tables: Standard RAG (P1) for reference, then the CDD family."""
+CDD_VARIANTS = {
+    "truncated": "truncation",
+    "mistake": "mistake injection",
+    "full": "full CDD",
+    "no_premise": "without premise isolation",
+    "no_divergence": "without divergence check",
+}
+CDD_TYPES = ("clean", "entity_swap", "temporal_shift", "numeric", "distractor", "inter_context")
+
+
+def _diag_lookup(diagnostics: pd.DataFrame) -> Callable[..., Any]:
+    frame = diagnostics.fillna({"variant": "", "condition": "", "perturbation_type": ""})
+    index = {
+        (
+            r.model,
+            r.dataset,
+            r.section,
+            r.policy,
+            r.variant,
+            r.condition,
+            r.perturbation_type,
+            r.metric,
+        ): r
+        for r in frame.itertuples(index=False)
+    }
+
+    def get(model, dataset, section, metric, policy="CDD", variant="", condition="", kind=""):
+        return index.get((model, dataset, section, policy, variant, condition, kind, metric))
+
+    return get
+
+
+def _diag_cells(diagnostics: pd.DataFrame) -> list[tuple[str, str]]:
+    return sorted(map(tuple, diagnostics[["model", "dataset"]].drop_duplicates().to_numpy()))
+
+
+def _conditions_of(frame: pd.DataFrame) -> list[str]:
+    present = set(frame["condition"].dropna())
+    return [c for c in (*SHOULD_ANSWER, *SHOULD_ABSTAIN) if c in present]
+
+
+def table_cdd_results(metrics: pd.DataFrame, diagnostics: pd.DataFrame) -> pd.DataFrame:
+    """Per model x dataset x policy (P1, then the CDD family): the answer rate per condition
+    (HwSA at the should-abstain ones) and EM at Q100 with 95% CIs (from the metric table),
+    accuracy per perturbation type and its macro average over the adversarial types with
+    a 95% CI (from diagnostics.csv; accuracy: an EM-correct answer at Q100/Q50, an
+    abstention at Q0/QC/QX, see grabrag.cdd_runs)."""
+    get = _lookup(metrics)
+    diag = _diag_lookup(diagnostics)
+    conditions = _conditions_of(metrics)
+    present = set(metrics["policy"])
+    types = [
+        t for t in CDD_TYPES if ((diagnostics.perturbation_type == t) & (diagnostics.n > 0)).any()
+    ]
+    rows = []
+    for model, dataset in _cells(metrics):
+        for policy in (p for p in CDD_POLICIES if p in present):
+            row: dict[str, Any] = {"model": model, "dataset": dataset, "policy": policy}
+            for condition in conditions:
+                rate = get(model, dataset, policy, condition, "answer_rate")
+                label = "HwSA" if condition in SHOULD_ABSTAIN else "Ans"
+                row[f"{label}@{condition} [95% CI]"] = pct_ci(*_triple(rate))
+            row["EM@Q100 [95% CI]"] = pct_ci(*_triple(get(model, dataset, policy, "Q100", "em")))
+            for kind in types:
+                entry = diag(model, dataset, "perturbation_type", "accuracy", policy, kind=kind)
+                row[f"Acc {kind}"] = pct(_value(entry))
+            macro = diag(
+                model, dataset, "perturbation_type", "accuracy", policy, kind="macro_adversarial"
+            )
+            row["Acc adversarial macro [95% CI]"] = pct_ci(*_triple(macro))
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def table_cdd_sensitivity(diagnostics: pd.DataFrame) -> pd.DataFrame:
+    """Causal sensitivity of CDD's trace per model x dataset, perturbation and condition
+    (and all conditions pooled): clean and corrupted accuracy, the relative drop with its
+    paired bootstrap CI, and the share of outcomes the perturbation changed."""
+    diag = _diag_lookup(diagnostics)
+    chosen = diagnostics[diagnostics.section == "sensitivity"]
+    conditions = [*_conditions_of(chosen), "all"]
+    rows = []
+    for model, dataset in _diag_cells(chosen):
+        for variant in ("truncated", "mistake"):
+            for condition in conditions:
+                at = {"variant": variant, "condition": condition}
+                value = diag(model, dataset, "sensitivity", "sensitivity", **at)
+                if value is None:
+                    continue
+                rows.append(
+                    {
+                        "model": model,
+                        "dataset": dataset,
+                        "perturbation": CDD_VARIANTS[variant],
+                        "condition": condition,
+                        "n": _n(value),
+                        "Acc clean": pct_ci(
+                            *_triple(diag(model, dataset, "sensitivity", "acc_clean", **at))
+                        ),
+                        "Acc corrupted": pct_ci(
+                            *_triple(diag(model, dataset, "sensitivity", "acc_corrupted", **at))
+                        ),
+                        "Sensitivity [95% CI]": pct_ci(*_triple(value), signed=True),
+                        "Changed": pct(
+                            _value(diag(model, dataset, "sensitivity", "changed", **at))
+                        ),
+                        "note": value.reason if isinstance(value.reason, str) else "",
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def table_cdd_ablation(diagnostics: pd.DataFrame) -> pd.DataFrame:
+    """CDD's accuracy per model x dataset x condition (and all pooled): full vs without
+    premise isolation vs without the divergence check, with 95% CIs."""
+    diag = _diag_lookup(diagnostics)
+    chosen = diagnostics[diagnostics.section == "ablation"]
+    rows = []
+    for model, dataset in _diag_cells(chosen):
+        for condition in [*_conditions_of(chosen), "all"]:
+            full = diag(model, dataset, "ablation", "accuracy", variant="full", condition=condition)
+            if full is None:
+                continue
+            row = {"model": model, "dataset": dataset, "condition": condition, "n": _n(full)}
+            for variant in ("full", "no_premise", "no_divergence"):
+                entry = diag(
+                    model, dataset, "ablation", "accuracy", variant=variant, condition=condition
+                )
+                row[f"Acc {CDD_VARIANTS[variant]}"] = pct_ci(*_triple(entry))
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def table_cdd_source_control(diagnostics: pd.DataFrame) -> pd.DataFrame:
+    """Which source CDD's answered rows follow, per model x dataset x condition (and all
+    pooled): counts and shares of final answers equal to the contextual answer, the
+    parametric answer, both (they agree) or neither."""
+    diag = _diag_lookup(diagnostics)
+    chosen = diagnostics[diagnostics.section == "source_control"]
+    rows = []
+    for model, dataset in _diag_cells(chosen):
+        for condition in [*_conditions_of(chosen), "all"]:
+            at = {"variant": "full", "condition": condition}
+            first = diag(model, dataset, "source_control", "context", **at)
+            if first is None:
+                continue
+            answered = _n(first)
+            row = {"model": model, "dataset": dataset, "condition": condition, "answered": answered}
+            for label in ("context", "parametric", "both", "neither"):
+                count = int(_value(diag(model, dataset, "source_control", label, **at)))
+                share = f" ({pct(count / answered)}%)" if answered else ""
+                row[label] = f"{count}{share}"
+            rows.append(row)
+    return pd.DataFrame(rows)

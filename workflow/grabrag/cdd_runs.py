@@ -1,0 +1,861 @@
+"""CDD in the workflow (issue 9): the per-question generation loop with its ablations and
+trace perturbations, the decision rows of the CDD-family policies, and the diagnostics.
+
+:mod:`grabrag.cdd` holds the method (steps, prompts, grammars, parsing, gate, baselines,
+perturbations, sensitivity); this module runs it over context rows and turns stored
+rows into decisions and diagnostics. The LLM is passed in as a callable, so everything
+here is testable with a stub and loads no model itself.
+
+Stored files (``results/cdd/<model>/<dataset>/``)
+--------------------------------------------------
+* ``<condition>/traces.jsonl``: one row per question: ``qid, index, condition``, the
+  full CDD run's decision fields and whole trace (:func:`grabrag.cdd.run_cdd`: variant,
+  parametric, decision, answer, confidence, source, rule, parse_status, calls,
+  prompt_tokens, completion_tokens, seconds, trace), and, when ``cdd.diagnostics`` is on,
+  ``ablations`` ({no_premise, no_divergence}: run_cdd rows) and ``perturbations``
+  ({truncated, mistake}: the rerun step 5's decision fields and its ``resolution`` entry;
+  the mistake run also has ``wrong_answer`` and ``wrong_answer_source``). Then
+  ``llm_calls`` (calls actually made for the question), ``reused_calls`` (calls answered
+  from an identical earlier call) and ``question_seconds``.
+* ``<condition>/{CAI,SHAM,REFLECT,FILTER}.jsonl``: generation rows
+  (:func:`grabrag.generation.generation_row`, the schema of the P0-P2 cells).
+* ``diagnostics.csv``: :data:`DIAGNOSTIC_COLUMNS`, see :func:`diagnostics`.
+
+Calls per question (reuse)
+--------------------------
+Per question the KV cache is reset once, then every call runs back to back (they all
+share the prefix system message + passages + question). Decoding is greedy, so an
+identical call (same messages, same grammar) gives the same output: every call goes
+through :class:`ReusingCompleter`, which answers a repeated call from the first one
+instead of running it again. In practice, with ``parametric="closed_book"`` (step 2 is
+the stored CB row, no call):
+
+* full CDD: step 1, step 3, step 4 (only when step 3 finds a divergence), step 5: 3-4.
+* no_premise: steps 1 and 3 are the full run's calls (reused); step 5 sees no premise
+  line, which is the full run's step-5 prompt exactly when the full run skipped step 4
+  (no divergence: a skipped step renders nothing), so it is reused then: 0-1 new calls.
+* no_divergence: step 1 reused; step 4 and step 5 see no divergence line: 2 new calls.
+* truncated and mistake-injected step-5 reruns: 1 new call each.
+
+That is 7 (no divergence found) or 9 calls per question and condition with diagnostics
+on (3 or 4 without), plus one for step 2 with ``parametric="in_context"`` (shared by
+every variant). A variant's own ``calls`` count is what it would cost on its own; the
+row's ``llm_calls`` is what was run. A reused call's step keeps the output and token
+counts and has ``seconds`` 0.
+
+Mistake injection: the injected wrong answer
+--------------------------------------------
+:func:`wrong_answer`: the first non-empty candidate that is not a correct answer (EM
+against the gold aliases): the row's planted ``replacement`` (QC and QX rows), else the
+parametric (step 2) answer, else :data:`FIXED_WRONG_ANSWER`. Choice: the planted
+replacement first, because at QC it is the wrong answer the passages already push, so
+the test asks whether the trace's conclusion, not new information, moves the answer;
+a gold-matching candidate is skipped, since injecting the right answer is no mistake.
+
+Accuracy (diagnostics)
+----------------------
+:func:`correct`: at the should-answer conditions (Q100, Q50) an answer that is EM-correct;
+at the should-abstain ones (Q0, QC, QX) an abstention (GRAB-RAG's stance: the evidence is
+missing or planted, so any answer there is unsupported). An unparseable final step is
+never correct. :func:`correct_lenient` also credits an EM-correct answer at a
+should-abstain condition (the CDD paper's stance: recovering the true answer from
+parametric knowledge despite misleading passages); it is reported beside accuracy in
+the perturbation-type rows only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import cdd as C
+from . import metrics as M
+from .bootstrap import (
+    CONFIDENCE_LEVEL,
+    N_RESAMPLES,
+    mean_interval,
+    percentile_interval,
+    resample_counts,
+)
+from .errors import DataError
+from .generation import PARSE_FAILED as GENERATION_FAILED
+
+# --- names ----------------------------------------------------------------------------
+
+CDD, CDD_ALPHA = "CDD", "CDD_ALPHA"
+TRACE_POLICIES = (CDD, CDD_ALPHA)
+BASELINE_POLICIES = C.BASELINES  # CAI, SHAM, REFLECT, FILTER
+FAMILY = (*TRACE_POLICIES, *BASELINE_POLICIES)
+REFERENCE_POLICY = "P1"
+"""Standard RAG (GRAB-RAG's P1) is reported beside the CDD family for reference."""
+DISPLAY_NAMES = {CDD: "CDD", CDD_ALPHA: "CDD-alpha"}
+
+TRUNCATED, MISTAKE = "truncated", "mistake"
+PERTURBATIONS = (TRUNCATED, MISTAKE)
+ABLATIONS = (C.NO_PREMISE, C.NO_DIVERGENCE)
+STEP_STATUSES = (C.OK, C.REPAIRED, C.FAILED, C.SKIPPED, C.INJECTED)
+"""Every status a stored trace step can have."""
+
+STEP_MAX_TOKENS = 128
+FIXED_WRONG_ANSWER = "Atlantis"
+"""The last-resort injected wrong answer (a fictional place; never a gold answer here)."""
+REPLACEMENT, PARAMETRIC_ANSWER, FIXED = "replacement", "parametric_answer", "fixed"
+
+TRACE_FORMAT = 1
+"""Bumped when the traces.jsonl layout changes (part of :func:`prompt_contract`)."""
+
+SHOULD_ANSWER = M.SHOULD_ANSWER
+SHOULD_ABSTAIN = M.SHOULD_ABSTAIN
+ALL = "all"
+MACRO = "macro_adversarial"
+
+# diagnostics.csv
+SENSITIVITY, ABLATION, SOURCE_CONTROL, PERTURBATION_TYPE = (
+    "sensitivity",
+    "ablation",
+    "source_control",
+    "perturbation_type",
+)
+DIAGNOSTIC_COLUMNS = (
+    "model",
+    "dataset",
+    "section",
+    "policy",
+    "variant",
+    "condition",
+    "perturbation_type",
+    "metric",
+    "value",
+    "ci_low",
+    "ci_high",
+    "n",
+    "reason",
+)
+SOURCE_LABELS = (C.SOURCE_CONTEXT, C.SOURCE_PARAMETRIC, C.SOURCE_BOTH, C.SOURCE_NEITHER)
+PERTURBATION_TYPES = (
+    C.CLEAN,
+    C.ENTITY_SWAP,
+    C.TEMPORAL_SHIFT,
+    C.NUMERIC,
+    C.DISTRACTOR,
+    C.INTER_CONTEXT,
+)
+ADVERSARIAL_TYPES = PERTURBATION_TYPES[1:]
+
+_NO_ROWS = "no rows"
+_NO_ADVERSARIAL = "no row of any adversarial perturbation type"
+
+GrammarComplete = Callable[..., dict[str, Any]]
+
+
+# --- reuse of identical calls -----------------------------------------------------------
+
+
+class ReusingCompleter:
+    """A :class:`grabrag.cdd.GrammarCompleter` that runs each distinct call once.
+
+    ``complete(messages, *, grammar)`` is the underlying call. A call identical to an
+    earlier one (same messages and grammar) since the last :meth:`clear` is answered
+    from the stored result (greedy decoding gives the same output) with ``seconds`` 0.
+    ``executed`` and ``reused`` count the two kinds."""
+
+    def __init__(self, complete: GrammarComplete) -> None:
+        self._complete = complete
+        self._cache: dict[str, dict[str, Any]] = {}
+        self.executed = 0
+        self.reused = 0
+
+    def clear(self) -> None:
+        self._cache.clear()
+        self.executed = self.reused = 0
+
+    def __call__(self, messages: list[dict[str, str]], *, grammar: str) -> dict[str, Any]:
+        key = json.dumps([messages, grammar], ensure_ascii=False)
+        if key in self._cache:
+            self.reused += 1
+            return {**self._cache[key], "seconds": 0.0}
+        result = self._complete(messages, grammar=grammar)
+        self.executed += 1
+        self._cache[key] = dict(result)
+        return result
+
+
+# --- one question -----------------------------------------------------------------------
+
+
+def _step_answer(trace: Mapping[str, Mapping[str, Any]], step: str) -> str:
+    return ((trace.get(step) or {}).get("fields") or {}).get("answer") or ""
+
+
+def wrong_answer(
+    context_row: Mapping[str, Any], trace: Mapping[str, Mapping[str, Any]]
+) -> tuple[str, str]:
+    """The answer injected by the mistake test and where it comes from (module docstring):
+    (answer, "replacement" | "parametric_answer" | "fixed")."""
+    gold = list(context_row.get("answers") or [])
+    candidates = (
+        (REPLACEMENT, context_row.get("replacement") or ""),
+        (PARAMETRIC_ANSWER, _step_answer(trace, C.PARAMETRIC)),
+    )
+    for source, answer in candidates:
+        if M.normalize_answer(answer) and not M.exact_match(answer, gold):
+            return answer, source
+    return FIXED_WRONG_ANSWER, FIXED
+
+
+def cdd_question(
+    complete: GrammarComplete,
+    reset: Callable[[], None],
+    row: Mapping[str, Any],
+    cb_row: Mapping[str, Any] | None,
+    *,
+    parametric: str = C.CLOSED_BOOK,
+    diagnostics: bool = True,
+) -> dict[str, Any]:
+    """Every CDD call of one context row: the full run, and with ``diagnostics`` the two
+    ablations and the two perturbed step-5 reruns. Resets the KV cache once, then runs
+    the calls back to back through a :class:`ReusingCompleter`."""
+    started = time.perf_counter()
+    question, context = row["question"], row["context"]
+    reset()
+    reusing = ReusingCompleter(complete)
+
+    def no_reset() -> None:  # one reset per question: the calls share the prefix
+        return None
+
+    full = C.run_cdd(reusing, no_reset, question, context, cb_row, C.FULL, parametric)
+    out: dict[str, Any] = {
+        "qid": row["qid"],
+        "index": row.get("index"),
+        "condition": row.get("condition"),
+        **full,
+    }
+    if diagnostics:
+        out["ablations"] = {
+            variant: C.run_cdd(reusing, no_reset, question, context, cb_row, variant, parametric)
+            for variant in ABLATIONS
+        }
+        trace = full["trace"]
+        truncated = C.rerun_resolution(reusing, question, context, C.truncate_trace(trace))
+        answer, source = wrong_answer(row, trace)
+        mistake = C.rerun_resolution(reusing, question, context, C.inject_mistake(trace, answer))
+        out["perturbations"] = {
+            TRUNCATED: truncated,
+            MISTAKE: {**mistake, "wrong_answer": answer, "wrong_answer_source": source},
+        }
+    out["diagnostics"] = diagnostics
+    out["llm_calls"] = reusing.executed
+    out["reused_calls"] = reusing.reused
+    out["question_seconds"] = round(time.perf_counter() - started, 3)
+    return out
+
+
+# --- the job loop: checkpoint and resume ------------------------------------------------------
+
+_FINGERPRINT = "_fingerprint"
+
+
+def read_trace_checkpoint(path: Path, fingerprint: str) -> dict[str, dict[str, Any]]:
+    """Finished questions of a checkpoint (qid -> row) and rewrite it with only those: a
+    torn last line (killed mid-write) and rows written under other settings (another
+    ``fingerprint``) are dropped, so appending after them stays valid JSONL."""
+    done: dict[str, dict[str, Any]] = {}
+    if not path.exists():
+        return done
+    kept = []
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                break
+            if not line.endswith("\n") or row.get(_FINGERPRINT) != fingerprint:
+                continue
+            done[row["qid"]] = {k: v for k, v in row.items() if k != _FINGERPRINT}
+            kept.append(line)
+    partial = path.with_name(path.name + ".tmp")
+    partial.write_text("".join(kept), encoding="utf-8")
+    os.replace(partial, path)
+    return done
+
+
+def run_traces(
+    complete: GrammarComplete,
+    reset: Callable[[], None],
+    rows: Sequence[Mapping[str, Any]],
+    cb_rows: Sequence[Mapping[str, Any]] | None,
+    checkpoint: Path,
+    *,
+    parametric: str = C.CLOSED_BOOK,
+    diagnostics: bool = True,
+    fingerprint: str = "",
+    log: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """:func:`cdd_question` for every context row, resuming from ``checkpoint``.
+
+    Each finished question is appended to the checkpoint as one line (flushed and
+    fsynced); a killed job redoes at most the question in flight, and since each
+    question starts from a reset KV cache the result is what an uninterrupted run
+    writes (timing aside). ``fingerprint`` names the settings: checkpoint rows of other
+    settings are not reused. The caller removes the checkpoint once the output is
+    written. ``log`` gets one progress line per question."""
+    if parametric not in C.PARAMETRIC_SOURCES:
+        raise ValueError(f"unknown parametric source {parametric!r}")
+    cb: dict[str, Mapping[str, Any]] = {}
+    if parametric == C.CLOSED_BOOK:
+        cb = {r["qid"]: r for r in cb_rows or ()}
+        missing = [r["qid"] for r in rows if r["qid"] not in cb]
+        if missing:
+            raise DataError(
+                f"no closed-book (CB) row for qid {', '.join(missing[:5])} "
+                f"({len(missing)} of {len(rows)} questions); CDD's parametric step reads it"
+            )
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    done = read_trace_checkpoint(checkpoint, fingerprint)
+    started = time.perf_counter()
+    generated = 0
+    with checkpoint.open("a", encoding="utf-8") as handle:
+        for position, row in enumerate(rows, start=1):
+            qid = row["qid"]
+            share = f"[{position}/{len(rows)}] {100 * position / len(rows):5.1f}%"
+            if qid in done:
+                if log:
+                    log(f"{share} {qid} (from checkpoint)")
+                continue
+            out = cdd_question(
+                complete,
+                reset,
+                row,
+                cb.get(qid),
+                parametric=parametric,
+                diagnostics=diagnostics,
+            )
+            handle.write(json.dumps({**out, _FINGERPRINT: fingerprint}, ensure_ascii=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+            done[qid] = out
+            generated += 1
+            if log:
+                elapsed = time.perf_counter() - started
+                left = sum(1 for r in rows[position:] if r["qid"] not in done)
+                eta = elapsed / generated * left
+                log(
+                    f"{share} {qid}: {out['llm_calls']} LLM calls ({out['reused_calls']} "
+                    f"reused), {out['question_seconds']:.1f} s; ETA {eta:.0f} s"
+                )
+    return [done[r["qid"]] for r in rows]
+
+
+def _filler(words: int) -> str:
+    return " ".join(["word"] * words)
+
+
+def preflight_calls(
+    rows: Sequence[Mapping[str, Any]],
+    cb_rows: Sequence[Mapping[str, Any]] | None,
+    step_max_tokens: int,
+) -> Iterable[tuple[str, list[dict[str, str]]]]:
+    """(label, messages) of the longest prompt each question can send: step 5 seeing
+    every earlier step, each step's text at its ``step_max_tokens`` limit (a filler of
+    that many words), the mistake template with the longest candidate wrong answer
+    included, and the real CB answer as the parametric one. For
+    :meth:`grabrag.generation.LlamaGenerator.preflight` with max_tokens = the step limit."""
+    cb = {r["qid"]: r for r in cb_rows or ()}
+    filler = _filler(step_max_tokens)
+    for row in rows:
+        cb_answer = (cb.get(row["qid"]) or {}).get("answer") or ""
+        longest = max((row.get("replacement") or "", cb_answer, FIXED_WRONG_ANSWER), key=len)
+        explanation = C.MISTAKE_TEMPLATE.format(wrong_answer=longest) + " " + filler
+        trace = {
+            C.CONTEXTUAL: {"status": C.OK, "fields": {"answer": filler, "confidence": 100}},
+            C.PARAMETRIC: {
+                "status": C.OK,
+                "fields": {"answer": max(cb_answer, filler, key=len), "confidence": 100},
+            },
+            C.DIVERGENCE: {"status": C.OK, "fields": {"diverge": True, "explanation": explanation}},
+            C.PREMISE: {"status": C.OK, "fields": {"passage": 99, "premise": filler}},
+        }
+        yield (
+            f"question {row['qid']} (CDD step 5, longest trace)",
+            C.step_messages(C.RESOLUTION, row["question"], row["context"], trace),
+        )
+
+
+# --- contracts: what reruns the generation jobs ---------------------------------------------
+
+_EXAMPLE_QUESTION = "Where is the Eiffel Tower?"
+_EXAMPLE_CONTEXT = "[1] Eiffel Tower\nThe Eiffel Tower is a wrought-iron lattice tower in Lyon."
+
+
+def _example_trace() -> dict[str, dict[str, Any]]:
+    steps = {
+        C.CONTEXTUAL: {"answer": "Lyon", "confidence": 90},
+        C.PARAMETRIC: {"answer": "Paris", "confidence": 95},
+        C.DIVERGENCE: {"diverge": True, "explanation": "Different cities."},
+        C.PREMISE: {"passage": 1, "premise": "The Eiffel Tower is in Lyon."},
+    }
+    return {step: C.StepResult(step, C.OK, fields).to_dict() for step, fields in steps.items()}
+
+
+def prompt_contract() -> str:
+    """A hash of every prompt and grammar a CDD generation job sends, rendered on a fixed
+    example (so it covers the texts and the rendering code), plus :data:`TRACE_FORMAT`
+    and the wrong-answer fallback. Passed as a param: editing them reruns the CDD jobs,
+    editing the diagnostics or the policies does not."""
+    trace = _example_trace()
+    digest = hashlib.sha256(f"{TRACE_FORMAT}|{FIXED_WRONG_ANSWER}".encode())
+    for step in C.STEPS:
+        messages = C.step_messages(step, _EXAMPLE_QUESTION, _EXAMPLE_CONTEXT, trace)
+        digest.update(json.dumps([messages, C.STEP_GRAMMARS[step]]).encode())
+    for perturbed in (C.truncate_trace(trace), C.inject_mistake(trace, "Rome")):
+        messages = C.resolution_messages(_EXAMPLE_QUESTION, _EXAMPLE_CONTEXT, perturbed)
+        digest.update(json.dumps(messages).encode())
+    return digest.hexdigest()[:16]
+
+
+def baseline_contract() -> str:
+    """A hash of the four baseline prompts (rendered on the example) and their grammar."""
+    digest = hashlib.sha256(C.BASELINE_GRAMMAR.encode())
+    for name in BASELINE_POLICIES:
+        messages = C.baseline_messages(name, _EXAMPLE_QUESTION, _EXAMPLE_CONTEXT)
+        digest.update(json.dumps([name, messages]).encode())
+    return digest.hexdigest()[:16]
+
+
+# --- decision rows ---------------------------------------------------------------------------
+
+
+def _decision_row(base: Mapping[str, Any], policy: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "qid": base["qid"],
+        "index": base.get("index"),
+        "condition": base.get("condition"),
+        "policy": policy,
+        **fields,
+    }
+
+
+def _unique(rows: Sequence[Mapping[str, Any]], label: str) -> dict[str, Mapping[str, Any]]:
+    index: dict[str, Mapping[str, Any]] = {}
+    for position, row in enumerate(rows, start=1):
+        if "qid" not in row:
+            raise DataError(f"{label} row {position}: column 'qid' is missing")
+        if row["qid"] in index:
+            raise DataError(f"{label} rows: qid {row['qid']} appears more than once")
+        index[row["qid"]] = row
+    return index
+
+
+def _check_trace_row(row: Mapping[str, Any]) -> None:
+    for column in ("decision", "answer", "confidence", "rule", "trace"):
+        if column not in row:
+            raise DataError(f"CDD trace row for qid {row['qid']}: column {column!r} is missing")
+    if row["decision"] not in (C.ANSWER, C.ABSTAIN, None):
+        raise DataError(f"CDD trace row for qid {row['qid']}: unknown decision {row['decision']!r}")
+
+
+def cdd_decisions(trace_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """CDD's decision rows: the full run's step-5 decision, answer and confidence (rule
+    ``cdd_resolved``); an unparseable step 5 is ``parse_failed`` (decision, answer and
+    confidence None: neither an answer nor an abstention). ``source`` is step 5's own
+    claim of where the answer comes from; ``llm_calls`` what the question cost."""
+    _unique(trace_rows, "CDD trace")
+    out = []
+    for row in trace_rows:
+        _check_trace_row(row)
+        failed = row["rule"] == C.PARSE_FAILED or row["decision"] is None
+        out.append(
+            _decision_row(
+                row,
+                CDD,
+                decision=None if failed else row["decision"],
+                answer=None if failed else row["answer"],
+                confidence=None if failed else row["confidence"],
+                rule=C.PARSE_FAILED if failed else C.RESOLVED,
+                source=None if failed else row.get("source"),
+                parse_status=row.get("parse_status"),
+                llm_calls=row.get("calls"),
+            )
+        )
+    return out
+
+
+def cdd_alpha_decisions(
+    p1_rows: Sequence[Mapping[str, Any]],
+    trace_rows: Sequence[Mapping[str, Any]],
+    threshold: float = C.GATE_THRESHOLD,
+) -> list[dict[str, Any]]:
+    """CDD-alpha for every question of the P1 cell, in its order, from stored rows only
+    (:func:`grabrag.cdd.cdd_alpha_row`): the gate (1 - token F1 of the step-1 and step-2
+    answers >= ``threshold``) sends a question to the full CDD row, else it keeps P1's
+    generation row (rule ``gate_bypass``, or ``parse_failed``)."""
+    traces = _unique(trace_rows, "CDD trace")
+    _unique(p1_rows, "P1 generation")
+    missing = [r["qid"] for r in p1_rows if r["qid"] not in traces]
+    if missing:
+        raise DataError(
+            f"no CDD trace row for qid {', '.join(missing[:5])} ({len(missing)} of "
+            f"{len(p1_rows)} questions); rerun cdd_generate for this cell"
+        )
+    out = []
+    for p1 in p1_rows:
+        if p1.get("prompt") not in (None, REFERENCE_POLICY):
+            raise DataError(
+                f"P1 generation rows: qid {p1['qid']} comes from prompt {p1['prompt']!r}; "
+                "CDD-alpha was given the wrong generation file"
+            )
+        trace_row = traces[p1["qid"]]
+        _check_trace_row(trace_row)
+        routed = C.cdd_alpha_row(p1, trace_row, threshold)
+        out.append(
+            _decision_row(
+                p1,
+                CDD_ALPHA,
+                decision=routed["decision"],
+                answer=routed["answer"],
+                confidence=routed["confidence"],
+                rule=routed["rule"],
+                source=routed["source"],
+                gated=routed["gated"],
+                route=routed["route"],
+                gate_score=routed["gate_score"],
+                threshold=routed["threshold"],
+                llm_calls=routed["cdd_calls"],
+            )
+        )
+    return out
+
+
+def baseline_decisions(rows: Sequence[Mapping[str, Any]], policy: str) -> list[dict[str, Any]]:
+    """A prompt-only baseline's decision rows, as GRAB-RAG's single-pass P0-P2: the
+    generation row's decision (rule ``generated``), or ``parse_failed``."""
+    if policy not in BASELINE_POLICIES:
+        raise ValueError(f"{policy!r} is not a baseline ({', '.join(BASELINE_POLICIES)})")
+    _unique(rows, f"{policy} generation")
+    out = []
+    for row in rows:
+        if row.get("prompt") not in (None, policy):
+            raise DataError(
+                f"{policy} generation rows: qid {row['qid']} comes from prompt "
+                f"{row['prompt']!r}; the rule was given the wrong generation file"
+            )
+        decision = row.get("decision")
+        if decision is None or row.get("parse_status") == GENERATION_FAILED:
+            out.append(
+                _decision_row(
+                    row, policy, decision=None, answer=None, confidence=None, rule="parse_failed"
+                )
+            )
+            continue
+        if decision not in (C.ANSWER, C.ABSTAIN):
+            raise DataError(f"{policy} row for qid {row['qid']}: unknown decision {decision!r}")
+        out.append(
+            _decision_row(
+                row,
+                policy,
+                decision=decision,
+                answer=row.get("answer"),
+                confidence=row.get("confidence"),
+                rule="generated",
+            )
+        )
+    return out
+
+
+# --- diagnostics -------------------------------------------------------------------------------
+
+
+def correct(row: Mapping[str, Any] | None, condition: str, gold: Sequence[str]) -> bool:
+    """Accuracy of one outcome (module docstring): an EM-correct answer at Q100/Q50, an
+    abstention at Q0/QC/QX; an unparseable (decision None) or missing outcome is wrong."""
+    if row is None:
+        return False
+    if condition in SHOULD_ANSWER:
+        return M.answered(row) and M.row_em(row, gold) == 1.0
+    if condition in SHOULD_ABSTAIN:
+        return M.abstained(row)
+    raise ValueError(f"unknown condition {condition!r}")
+
+
+def correct_lenient(row: Mapping[str, Any] | None, condition: str, gold: Sequence[str]) -> bool:
+    """:func:`correct`, also crediting an EM-correct answer at a should-abstain condition."""
+    if row is not None and M.answered(row) and M.row_em(row, gold) == 1.0:
+        return True
+    return correct(row, condition, gold)
+
+
+def _changed(clean: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
+    """Whether a perturbed outcome differs from the clean one (decision, or answer after
+    SQuAD normalisation)."""
+    if clean.get("decision") != other.get("decision"):
+        return True
+    if clean.get("decision") != C.ANSWER:
+        return False
+    return M.normalize_answer(clean.get("answer") or "") != M.normalize_answer(
+        other.get("answer") or ""
+    )
+
+
+def _seed(seed: int, *parts: str) -> list[int]:
+    """A resample seed per (dataset, subset): every statistic of one subset shares the
+    draws (so clean vs corrupted, and the two perturbations, are paired)."""
+    return [int(seed), *(zlib.crc32(p.encode()) for p in parts)]
+
+
+class _Rows:
+    """A growing list of tidy diagnostic rows with the fixed head columns."""
+
+    def __init__(self, model: str, dataset: str) -> None:
+        self.head = {"model": model, "dataset": dataset}
+        self.rows: list[dict[str, Any]] = []
+
+    def add(
+        self,
+        section: str,
+        metric: str,
+        value: float,
+        low: float = math.nan,
+        high: float = math.nan,
+        n: int = 0,
+        reason: str | None = None,
+        *,
+        policy: str = "",
+        variant: str = "",
+        condition: str = "",
+        perturbation_type: str = "",
+    ) -> None:
+        self.rows.append(
+            {
+                **self.head,
+                "section": section,
+                "policy": policy,
+                "variant": variant,
+                "condition": condition,
+                "perturbation_type": perturbation_type,
+                "metric": metric,
+                "value": float(value),
+                "ci_low": float(low),
+                "ci_high": float(high),
+                "n": int(n),
+                "reason": reason or "",
+            }
+        )
+
+
+def _mean(values: Sequence[float], counts: np.ndarray, level: float) -> tuple[float, ...]:
+    if not len(values):
+        return (math.nan, math.nan, math.nan)
+    interval = mean_interval(np.asarray(values, dtype=float), counts, level)
+    return (interval.value, interval.low, interval.high)
+
+
+def _condition_units(
+    conditions: Sequence[str],
+    contexts: Mapping[str, Sequence[Mapping[str, Any]]],
+    traces: Mapping[str, Sequence[Mapping[str, Any]]],
+) -> list[tuple[str, list[tuple[str, Mapping[str, Any], list[str]]]]]:
+    """[(condition or "all", [(condition, trace row, gold aliases)])], the trace rows of
+    each condition in context order, then all of them pooled."""
+    per_condition = []
+    for condition in conditions:
+        gold = {r["qid"]: list(r.get("answers") or []) for r in contexts[condition]}
+        by_qid = _unique(traces.get(condition, []), f"CDD trace ({condition})")
+        missing = [q for q in gold if q not in by_qid]
+        if missing:
+            raise DataError(
+                f"CDD traces of {condition} lack qid {', '.join(missing[:5])}; "
+                "rerun cdd_generate for this cell"
+            )
+        per_condition.append(
+            (condition, [(condition, by_qid[q], gold[q]) for q in gold])  # context order
+        )
+    pooled = [unit for _, units in per_condition for unit in units]
+    return [*per_condition, (ALL, pooled)]
+
+
+def diagnostics(
+    model: str,
+    dataset: str,
+    conditions: Sequence[str],
+    contexts: Mapping[str, Sequence[Mapping[str, Any]]],
+    traces: Mapping[str, Sequence[Mapping[str, Any]]] | None,
+    decisions: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]],
+    *,
+    n_resamples: int = N_RESAMPLES,
+    confidence_level: float = CONFIDENCE_LEVEL,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """The tidy rows of ``diagnostics.csv`` for one model x dataset (:data:`DIAGNOSTIC_COLUMNS`).
+
+    ``contexts``: condition -> context rows; ``traces``: condition -> traces.jsonl rows
+    (None when CDD did not run); ``decisions``: (condition, policy) -> decision rows.
+    Sections (``condition`` "all" pools every condition's rows; CIs are percentile
+    bootstrap intervals over the rows of the condition, or of all conditions, drawn
+    from a seed per (seed, dataset, condition), so every statistic of one condition is
+    paired):
+
+    * ``sensitivity`` (policy CDD, variant ``truncated`` / ``mistake``, per condition and
+      ``all``; only when the traces have the perturbation runs): ``acc_clean``,
+      ``acc_corrupted``, ``sensitivity`` = (acc_clean - acc_corrupted) / acc_clean
+      (NaN with a reason when acc_clean is 0), ``changed`` (share of rows whose decision
+      or normalised answer the perturbation changed).
+    * ``ablation`` (policy CDD, variant ``full`` / ``no_premise`` / ``no_divergence``, per
+      condition and ``all``; only with the ablation runs): ``accuracy``, ``answer_rate``.
+    * ``source_control`` (policy CDD, variant ``full``, per condition and ``all``): how
+      many answered rows give the contextual answer, the parametric one, both (they
+      agree) or neither (:func:`grabrag.cdd.row_source_control`); value = count, n =
+      answered rows.
+    * ``perturbation_type`` (each policy with decisions, per type of
+      :func:`grabrag.cdd.perturbation_type`, pooling the conditions of a type):
+      ``accuracy`` and ``accuracy_lenient``, then type ``macro_adversarial``: the
+      unweighted mean over the adversarial types that have rows (the paper's macro
+      average; its CI resamples each type's rows separately), n = rows of those types.
+    """
+    out = _Rows(model, dataset)
+    level = confidence_level
+    if traces is not None:
+        stored = [row for rows in traces.values() for row in rows]
+        runs = {}
+        for key in ("perturbations", "ablations"):
+            having = sum(key in row for row in stored)
+            if having not in (0, len(stored)):
+                raise DataError(
+                    f"CDD traces of {model}/{dataset}: {having} of {len(stored)} rows have "
+                    f"{key}; the cells were made with different cdd.diagnostics settings"
+                )
+            runs[key] = bool(having)
+        for condition, units in _condition_units(conditions, contexts, traces):
+            _condition_diagnostics(out, condition, units, runs, n_resamples, level, seed, dataset)
+    _perturbation_types(out, conditions, contexts, decisions, n_resamples, level, seed, dataset)
+    return out.rows
+
+
+def _condition_diagnostics(
+    out: _Rows,
+    condition: str,
+    units: Sequence[tuple[str, Mapping[str, Any], list[str]]],
+    runs: Mapping[str, bool],
+    n_resamples: int,
+    level: float,
+    seed: int,
+    dataset: str,
+) -> None:
+    n = len(units)
+    counts = resample_counts(n, n_resamples, _seed(seed, dataset, condition), dtype=np.float32)
+    reason = None if n else _NO_ROWS
+    where = {"policy": CDD, "condition": condition}
+    clean = [correct(row, c, gold) for c, row, gold in units]
+    # sensitivity
+    if runs["perturbations"]:
+        for variant in PERTURBATIONS:
+            rows = [row["perturbations"][variant] for _, row, _ in units]
+            corrupted = [correct(r, c, g) for r, (c, _, g) in zip(rows, units, strict=True)]
+            changed = [_changed(row, r) for r, (_, row, _) in zip(rows, units, strict=True)]
+            at = {**where, "variant": variant}
+            out.add(SENSITIVITY, "acc_clean", *_mean(clean, counts, level), n, reason, **at)
+            out.add(SENSITIVITY, "acc_corrupted", *_mean(corrupted, counts, level), n, reason, **at)
+            if n:
+                point = C.causal_sensitivity(float(np.mean(clean)), float(np.mean(corrupted)))
+                value, low, high = C.sensitivity_bootstrap(
+                    clean, corrupted, n_resamples, _seed(seed, dataset, condition), level
+                )
+                out.add(SENSITIVITY, "sensitivity", value, low, high, n, point.reason, **at)
+            else:
+                out.add(SENSITIVITY, "sensitivity", math.nan, n=0, reason=_NO_ROWS, **at)
+            out.add(SENSITIVITY, "changed", *_mean(changed, counts, level), n, reason, **at)
+    # ablations
+    if runs["ablations"]:
+        for variant in (C.FULL, *ABLATIONS):
+            rows = [row if variant == C.FULL else row["ablations"][variant] for _, row, _ in units]
+            accuracy = [correct(r, c, g) for r, (c, _, g) in zip(rows, units, strict=True)]
+            answered = [r is not None and M.answered(r) for r in rows]
+            at = {**where, "variant": variant}
+            out.add(ABLATION, "accuracy", *_mean(accuracy, counts, level), n, reason, **at)
+            out.add(ABLATION, "answer_rate", *_mean(answered, counts, level), n, reason, **at)
+    # source control of the full run's answered rows
+    sources = [C.row_source_control(row) for _, row, _ in units if M.answered(row)]
+    at = {**where, "variant": C.FULL}
+    for label in SOURCE_LABELS:
+        out.add(
+            SOURCE_CONTROL,
+            label,
+            sources.count(label),
+            n=len(sources),
+            reason=None if sources else "no answered rows",
+            **at,
+        )
+
+
+def _perturbation_types(
+    out: _Rows,
+    conditions: Sequence[str],
+    contexts: Mapping[str, Sequence[Mapping[str, Any]]],
+    decisions: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]],
+    n_resamples: int,
+    level: float,
+    seed: int,
+    dataset: str,
+) -> None:
+    policies = list(dict.fromkeys(policy for _, policy in decisions))
+    for policy in policies:
+        # type -> [(correct, lenient)] over the rows of every condition of that type
+        by_type: dict[str, list[tuple[bool, bool]]] = {t: [] for t in PERTURBATION_TYPES}
+        for condition in conditions:
+            rows = decisions.get((condition, policy))
+            if rows is None:
+                continue
+            decided = _unique(rows, f"{policy} decisions ({condition})")
+            for context in contexts[condition]:
+                kind = C.perturbation_type(condition, context.get("tier"))
+                row = decided.get(context["qid"])
+                if row is None:
+                    raise DataError(
+                        f"{policy} decisions of {condition} lack qid {context['qid']}; "
+                        "rerun the policy rule"
+                    )
+                gold = list(context.get("answers") or [])
+                by_type[kind].append(
+                    (correct(row, condition, gold), correct_lenient(row, condition, gold))
+                )
+        metrics = ("accuracy", "accuracy_lenient")
+        # per adversarial type with rows: (point estimate, resampled means) per metric
+        typed: dict[str, list[tuple[float, np.ndarray]]] = {m: [] for m in metrics}
+        covered = 0
+        for kind in PERTURBATION_TYPES:
+            pairs = by_type[kind]
+            n = len(pairs)
+            counts = resample_counts(n, n_resamples, _seed(seed, dataset, kind), dtype=np.float32)
+            at = {"policy": policy, "perturbation_type": kind}
+            adversarial = n > 0 and kind in ADVERSARIAL_TYPES
+            covered += n if adversarial else 0
+            for k, metric in enumerate(metrics):
+                values = np.asarray([p[k] for p in pairs], dtype=float)
+                reason = None if n else _NO_ROWS
+                out.add(PERTURBATION_TYPE, metric, *_mean(values, counts, level), n, reason, **at)
+                if adversarial:
+                    resampled = (counts @ values.astype(np.float32)) / n
+                    typed[metric].append((float(values.mean()), resampled))
+        at = {"policy": policy, "perturbation_type": MACRO}
+        for metric in metrics:
+            if not typed[metric]:
+                out.add(PERTURBATION_TYPE, metric, math.nan, n=0, reason=_NO_ADVERSARIAL, **at)
+                continue
+            point = float(np.mean([value for value, _ in typed[metric]]))
+            macro = np.mean(np.column_stack([r for _, r in typed[metric]]), axis=1)
+            low, high, _ = percentile_interval(macro, level)
+            out.add(PERTURBATION_TYPE, metric, point, low[0], high[0], covered, **at)
+
+
+def diagnostics_frame(rows: Sequence[Mapping[str, Any]]):  # -> pandas.DataFrame
+    import pandas as pd
+
+    return pd.DataFrame(list(rows), columns=list(DIAGNOSTIC_COLUMNS))
