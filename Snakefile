@@ -26,6 +26,7 @@ include: "rules/qc.smk"
 include: "rules/generate.smk"
 include: "rules/policies.smk"
 include: "rules/evidential.smk"
+include: "rules/cdd.smk"
 include: "rules/report.smk"
 
 

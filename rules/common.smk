@@ -36,6 +36,10 @@ GENERATION_CONDITIONS = config["generation"]["conditions"]
 POLICIES = config["policies"]["names"]
 # EvidentialRAG policies (rules/evidential.smk) among the configured ones.
 EVID_POLICIES = [p for p in ("EVID", "EVID_CB") if p in POLICIES]
+# CDD, CDD-alpha and the prompt-only baselines (rules/cdd.smk) among the configured ones.
+CDD_FAMILY = [
+    p for p in ("CDD", "CDD_ALPHA", "CAI", "SHAM", "REFLECT", "FILTER") if p in POLICIES
+]
 # The lambda-sweep figure needs the EvidentialRAG sweep files.
 FIGURE_NAMES = [f for f in FIGURES if f != "lambda_sweep" or EVID_POLICIES]
 
@@ -88,6 +92,14 @@ def closed_book_cell(wildcards):
     """The CB answers: the closed-book pass sees no context, so a seed variant reuses them."""
     dataset = base_dataset(wildcards.dataset)
     return f"{RESULTS}/generation/{wildcards.model}/{dataset}/Qclosed/{CLOSED_BOOK_PROMPT}.jsonl"
+
+
+def metric_policies(dataset):
+    """Policies the metrics of one dataset evaluate. A seed variant (Table 13) keeps the
+    paper's P0-P4 only: Table 13 reports no other, so their LLM passes would be wasted."""
+    if dataset in SEED_VARIANTS:
+        return [p for p in POLICIES if re.fullmatch(r"P[0-4]", p)]
+    return POLICIES
 
 
 def metric_cells(dataset):
@@ -144,8 +156,10 @@ def evidential_dir(wildcards):
 
 def policy_inputs(wildcards):
     """What one policy reads: its own cell (P0-P2), P1 + CB (P3), P1 + CB + NLI (P4), its
-    evidential file (EVID, EVID_CB)."""
+    evidential file (EVID, EVID_CB), its CDD files (CDD family, rules/cdd.smk)."""
     policy = wildcards.policy
+    if policy in CDD_FAMILY:
+        return cdd_policy_inputs(wildcards)
     if policy in CONTEXT_PROMPTS:
         return {policy: generation_cell(wildcards, policy)}
     if policy in ("EVID", "EVID_CB"):
@@ -197,6 +211,39 @@ def evidential_files(model, dataset):
         f"{RESULTS}/evidential/{model}/{dataset}/sweep.csv",
         f"{RESULTS}/evidential/{model}/{dataset}/efficiency.json",
     ]
+
+
+# --- CDD (rules/cdd.smk) ---------------------------------------------------------
+
+
+def cdd_dir(wildcards):
+    return f"{RESULTS}/cdd/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}"
+
+
+def cdd_policy_inputs(wildcards):
+    """What a CDD-family policy reads: the traces (CDD), the traces and the P1 cell
+    (CDD_ALPHA), its own generation cell (a baseline)."""
+    policy = wildcards.policy
+    traces = f"{cdd_dir(wildcards)}/traces.jsonl"
+    if policy == "CDD":
+        return {"CDD": traces}
+    if policy == "CDD_ALPHA":
+        return {"P1": generation_cell(wildcards, "P1"), "CDD": traces}
+    return {policy: f"{cdd_dir(wildcards)}/{policy}.jsonl"}
+
+
+def cdd_files(model, dataset):
+    """The per-model x dataset CDD summary (targets of `all`)."""
+    if not CDD_FAMILY:
+        return []
+    return [f"{RESULTS}/cdd/{model}/{dataset}/diagnostics.csv"]
+
+
+def cdd_generation_settings():
+    """Decoding settings CDD uses: its own step limit replaces generation.max_tokens, so
+    changing the latter (or the condition list) does not rerun finished CDD cells."""
+    settings = {k: v for k, v in generation_settings().items() if k != "max_tokens"}
+    return stable({**settings, "max_tokens": config["cdd"]["step_max_tokens"]})
 
 
 def library_code(*modules):
@@ -266,6 +313,7 @@ def all_targets():
             targets.append(f"{RESULTS}/generation/{model}/{dataset}/report.json")
             targets += policy_files(model, dataset)
             targets += evidential_files(model, dataset)
+            targets += cdd_files(model, dataset)
     targets += [f"{RESULTS}/tables/{name}.csv" for name in TABLES]
     targets += [f"{RESULTS}/figures/{figure}.pdf" for figure in FIGURE_NAMES]
     return targets

@@ -33,6 +33,10 @@ rule policy:
     params:
         cutoff=config["policies"]["confidence_cutoff"],
         threshold=config["policies"]["f1_threshold"],
+        # CDD-alpha's contradiction gate; the other policies do not depend on it.
+        gate_threshold=lambda wildcards: (
+            config["cdd"]["gate_threshold"] if wildcards.policy == "CDD_ALPHA" else None
+        ),
     log:
         f"{RESULTS}/logs/policy/{{model}}/{{dataset}}/{{condition}}/{{policy}}.log",
     conda:

@@ -45,6 +45,8 @@ if EVID_POLICIES:
             ),
         }
     )
+# CDD, CDD-alpha and the baselines (rules/cdd.smk, included before this file).
+TABLES.update(CDD_TABLES)
 if SEED_VARIANTS:
     TABLES["table13_seed_sensitivity"] = (
         "Table 13: seed sensitivity of HwSA (answer rate at Q0 and QC) per policy (%)."
@@ -56,7 +58,7 @@ rule metrics:
         decisions=lambda wildcards: [
             f"{RESULTS}/policies/{model}/{wildcards.dataset}/{condition}/{policy}.jsonl"
             for model, condition in metric_cells(wildcards.dataset)
-            for policy in POLICIES
+            for policy in metric_policies(wildcards.dataset)
         ],
         contexts=lambda wildcards: list(
             dict.fromkeys(
@@ -100,6 +102,11 @@ rule tables:
         evid_efficiency=expand(
             f"{RESULTS}/evidential/{{model}}/{{dataset}}/efficiency.json",
             model=MODELS if EVID_POLICIES else [],
+            dataset=DATASETS,
+        ),
+        cdd_diagnostics=expand(
+            f"{RESULTS}/cdd/{{model}}/{{dataset}}/diagnostics.csv",
+            model=MODELS if CDD_FAMILY else [],
             dataset=DATASETS,
         ),
     output:

@@ -28,10 +28,11 @@ POLICIES = ("P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB")
 PRINTED_POLICIES = ("P0", "P1", "P2", "P3", "P4", "EVID", "EVID+CB")
 
 
-# Wall-clock and memory measurements of the EvidentialRAG jobs (and what is derived from
-# them): they differ between two runs of the same work.
+# Wall-clock and memory measurements of the EvidentialRAG and CDD jobs (and what is
+# derived from them): they differ between two runs of the same work.
 _MEASURED = {
     "seconds",
+    "question_seconds",
     "evaluator_seconds",
     "generator_seconds",
     "job_seconds",
@@ -54,7 +55,7 @@ def _drop_measured(value):
 
 def _without_timing(path: Path) -> bytes:
     """File content with the timing columns (wall-clock seconds) removed."""
-    if "evidential" in path.parts:
+    if "evidential" in path.parts or "cdd" in path.parts:
         if path.suffix == ".jsonl":
             rows = [json.loads(line) for line in path.read_text().splitlines()]
             return json.dumps(_drop_measured(rows)).encode()
@@ -157,6 +158,8 @@ def test_editing_one_stage_param_reruns_only_that_stage(tiny_run: Path, tmp_path
     assert jobs["qx_contexts"] == 2, plan
     assert jobs["generate_context_prompts"] == 2 * 5 + 2, plan
     assert jobs["evidential_evaluate"] == jobs["evidential_generate"] == 2 * 5 + 2, plan
+    # CDD and the baselines: every condition of the two datasets (not the seed variant)
+    assert jobs["cdd_generate"] == jobs["baselines_generate"] == 2 * 5, plan
     assert not {
         "fetch_asset",
         "prepare_data",
@@ -224,7 +227,9 @@ def test_killed_generation_job_resumes_and_matches_an_uninterrupted_run(
     )
     cell_dir = tmp_path / "results/generation/smollm2-135m/squad/Q100"
     shutil.rmtree(cell_dir)
-    target = str(cell_dir / "P0.jsonl")
+    # relative to the working directory: Snakemake matches an absolute target against the
+    # rules' relative outputs only when it is spelled the same way
+    target = str((cell_dir / "P0.jsonl").relative_to(tmp_path))
     checkpoint = cell_dir / ".checkpoint.jsonl"
     cmd = snakemake_command(tmp_path, target)
     job = subprocess.Popen(
@@ -374,14 +379,17 @@ def test_policy_jobs_make_no_llm_call(tiny_run: Path, tmp_path: Path) -> None:
         tmp_path, "--forcerun", "policy", "p3_sweep", env={"PYTHONPATH": str(poison.parent)}
     )
     jobs = planned_jobs(proc.stdout + proc.stderr)
-    # 2 datasets x 5 conditions x 7 policies, and the seed variant's Q0 + QC x 7 policies
-    assert jobs.get("policy") == 2 * 5 * 7 + 2 * 7 and jobs.get("p3_sweep") == 2
+    # 2 datasets x 5 conditions x 13 policies (P0-P4, EVID, EVID_CB, CDD, CDD_ALPHA and
+    # the four baselines), and the seed variant's Q0 + QC x P0-P4
+    assert jobs.get("policy") == 2 * 5 * 13 + 2 * 5 and jobs.get("p3_sweep") == 2
     assert not {
         "generate_context_prompts",
         "generate_closed_book",
         "nli",
         "evidential_evaluate",
         "evidential_generate",
+        "cdd_generate",
+        "baselines_generate",
     } & set(jobs)
 
 
@@ -479,7 +487,13 @@ def test_report_stage_is_incremental(tiny_run: Path, tmp_path: Path) -> None:
     edited = tmp_path / "edited.yaml"
     edited.write_text(yaml.safe_dump(config))
     plan = snakemake(tmp_path, "-n", configfile=edited).stdout
-    assert planned_jobs(plan) == {"metrics": 3, "tables": 1, "figure": 6, "all": 1}, plan
+    assert planned_jobs(plan) == {
+        "metrics": 3,
+        "cdd_diagnostics": 2,
+        "tables": 1,
+        "figure": 6,
+        "all": 1,
+    }, plan
     # the plotting code, edited in a copy of the workflow: figures only; touching it
     # without a change reruns nothing
     source = tmp_path / "workflow_copy"

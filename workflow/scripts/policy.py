@@ -13,7 +13,13 @@ from grabrag.runner import log, run_rule
 
 def main(smk):
     inputs = {key: read_jsonl(path) for key, path in smk.input.items()}
-    rows = decide(smk.wildcards.policy, inputs, smk.params.cutoff, smk.params.threshold)
+    rows = decide(
+        smk.wildcards.policy,
+        inputs,
+        smk.params.cutoff,
+        smk.params.threshold,
+        gate_threshold=smk.params.gate_threshold,
+    )
     write_jsonl(smk.output.decisions, rows)
     answered = sum(r["decision"] == "answer" for r in rows)
     log.info("%s: %d of %d answered", smk.wildcards.policy, answered, len(rows))

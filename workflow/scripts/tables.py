@@ -39,6 +39,15 @@ def _evid_sweeps(smk):
     return pd.concat(frames, ignore_index=True)
 
 
+def _cdd_diagnostics(smk):
+    """Every model x dataset's CDD diagnostics.csv in one frame."""
+    frames = [
+        pd.read_csv(p, dtype={"variant": str, "condition": str, "perturbation_type": str})
+        for p in smk.input.cdd_diagnostics
+    ]
+    return pd.concat(frames, ignore_index=True)
+
+
 def main(smk):
     metrics = pd.concat([pd.read_csv(p) for p in smk.input.metrics], ignore_index=True)
     fusion = smk.params.fusion
@@ -73,6 +82,10 @@ def main(smk):
         "evid_lambda_sweep": lambda: t.table_evid_lambda_sweep(_evid_sweeps(smk), *taus),
         "evid_tau_sweep": lambda: t.table_evid_tau_sweep(_evid_sweeps(smk), *taus),
         "evid_ablation": lambda: t.table_evid_ablation(_evid_sweeps(smk), *taus),
+        "cdd_results": lambda: t.table_cdd_results(metrics, _cdd_diagnostics(smk)),
+        "cdd_sensitivity": lambda: t.table_cdd_sensitivity(_cdd_diagnostics(smk)),
+        "cdd_ablation": lambda: t.table_cdd_ablation(_cdd_diagnostics(smk)),
+        "cdd_source_control": lambda: t.table_cdd_source_control(_cdd_diagnostics(smk)),
     }
     for name, caption in smk.params.captions.items():
         table = builders[name]()

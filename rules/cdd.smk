@@ -1,0 +1,113 @@
+# Stage 6c: CDD (Context-Driven Decomposition), CDD-alpha and the prompt-only baselines
+# (issue 9; workflow/grabrag/cdd.py and cdd_runs.py). One GPU job per model x dataset x
+# condition runs CDD's steps (with the ablations and perturbed reruns for the diagnostics),
+# another the four baseline prompts; the policy rule (rules/policies.smk) turns the stored
+# rows into decisions without any LLM call, and cdd_diagnostics summarises them.
+
+from grabrag.cdd_runs import baseline_contract, prompt_contract
+
+# CDD and CDD_ALPHA both read the CDD traces; the baselines among the configured policies.
+CDD_TRACES = bool({"CDD", "CDD_ALPHA"} & set(CDD_FAMILY))
+CDD_BASELINES = [p for p in CDD_FAMILY if p in ("CAI", "SHAM", "REFLECT", "FILTER")]
+CDD_TABLES = {}
+if CDD_FAMILY:
+    CDD_TABLES["cdd_results"] = (
+        "CDD, CDD-alpha and the prompt-only baselines beside Standard RAG (P1): answer rate "
+        "(HwSA at should-abstain conditions) and EM at Q100 with 95% CIs, accuracy per "
+        "perturbation type and macro-averaged over the adversarial types (%)."
+    )
+if CDD_TRACES:
+    CDD_TABLES["cdd_source_control"] = (
+        "CDD: which source controls the answered rows (final answer = contextual answer, "
+        "parametric answer, both, neither), per condition."
+    )
+if CDD_TRACES and config["cdd"]["diagnostics"]:
+    CDD_TABLES["cdd_sensitivity"] = (
+        "CDD trace-perturbation causal sensitivity (Acc_clean - Acc_corrupted) / Acc_clean "
+        "for a truncated trace and an injected mistake, with paired 95% bootstrap CIs (%)."
+    )
+    CDD_TABLES["cdd_ablation"] = (
+        "CDD ablations: accuracy of full CDD, without premise isolation and without the "
+        "divergence check, with 95% CIs (%)."
+    )
+
+
+rule cdd_generate:
+    input:
+        contexts=f"{RESULTS}/contexts/{{dataset}}/{{condition}}.jsonl",
+        cb=closed_book_cell,
+        model=model_asset,
+    output:
+        traces=f"{RESULTS}/cdd/{{model}}/{{dataset}}/{{condition}}/traces.jsonl",
+    params:
+        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        generation=cdd_generation_settings(),
+        cdd=stable({k: config["cdd"][k] for k in ("parametric", "diagnostics")}),
+        contract=prompt_contract(),
+        checkpoint=lambda wildcards: f"{cdd_dir(wildcards)}/.traces_checkpoint.jsonl",
+    log:
+        f"{RESULTS}/logs/cdd_generate/{{model}}/{{dataset}}/{{condition}}.log",
+    conda:
+        GRABRAG_ENV
+    threads: workflow.cores
+    resources:
+        gpu=1,
+    script:
+        "../workflow/scripts/cdd_generate.py"
+
+
+if CDD_BASELINES:
+
+    rule baselines_generate:
+        input:
+            contexts=f"{RESULTS}/contexts/{{dataset}}/{{condition}}.jsonl",
+            model=model_asset,
+        output:
+            **{
+                name: f"{RESULTS}/cdd/{{model}}/{{dataset}}/{{condition}}/{name}.jsonl"
+                for name in CDD_BASELINES
+            },
+        params:
+            model=lambda wildcards: stable(config["models"][wildcards.model]),
+            generation=generation_settings(),
+            contract=baseline_contract(),
+            checkpoint=lambda wildcards: f"{cdd_dir(wildcards)}/.baselines_checkpoint.jsonl",
+        log:
+            f"{RESULTS}/logs/baselines_generate/{{model}}/{{dataset}}/{{condition}}.log",
+        conda:
+            GRABRAG_ENV
+        threads: workflow.cores
+        resources:
+            gpu=1,
+        script:
+            "../workflow/scripts/cdd_baselines.py"
+
+
+rule cdd_diagnostics:
+    input:
+        contexts=expand(
+            f"{RESULTS}/contexts/{{{{dataset}}}}/{{condition}}.jsonl",
+            condition=GENERATION_CONDITIONS,
+        ),
+        traces=expand(
+            f"{RESULTS}/cdd/{{{{model}}}}/{{{{dataset}}}}/{{condition}}/traces.jsonl",
+            condition=GENERATION_CONDITIONS if CDD_TRACES else [],
+        ),
+        decisions=expand(
+            f"{RESULTS}/policies/{{{{model}}}}/{{{{dataset}}}}/{{condition}}/{{policy}}.jsonl",
+            condition=GENERATION_CONDITIONS,
+            policy=[p for p in ("P1", *CDD_FAMILY) if p in POLICIES],
+        ),
+    output:
+        diagnostics=f"{RESULTS}/cdd/{{model}}/{{dataset}}/diagnostics.csv",
+    params:
+        conditions=GENERATION_CONDITIONS,
+        bootstrap=stable(config["bootstrap"]),
+        seed=config["seed"],
+        code=library_code("cdd.py", "cdd_runs.py", "metrics.py", "bootstrap.py"),
+    log:
+        f"{RESULTS}/logs/cdd_diagnostics/{{model}}/{{dataset}}.log",
+    conda:
+        GRABRAG_ENV
+    script:
+        "../workflow/scripts/cdd_diagnostics.py"

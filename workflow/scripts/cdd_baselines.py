@@ -1,0 +1,51 @@
+"""Rule baselines_generate: the prompt-only baselines (CAI, SHAM, REFLECT, FILTER) of one
+condition, back to back per question, as generation rows (grabrag.generation.run_cells)."""
+
+from pathlib import Path
+
+import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+
+from grabrag.assets import resolve
+from grabrag.cdd import baseline_messages
+from grabrag.generation import LlamaGenerator, Progress, cell_report, run_cells, settings_from
+from grabrag.io import read_jsonl, write_jsonl
+from grabrag.runner import log, run_rule
+
+
+def main(smk):
+    names = list(smk.output.keys())
+    rows = read_jsonl(smk.input.contexts)
+    model = smk.params.model
+    generator = LlamaGenerator(
+        resolve(smk.input.model),
+        settings_from(smk.params.generation),
+        n_threads=smk.threads,
+        n_gpu_layers=model["n_gpu_layers"],
+        chat_format=model["chat_format"],
+    )
+    generator.preflight(
+        (
+            f"question {row['qid']} ({name})",
+            baseline_messages(name, row["question"], row["context"]),
+        )
+        for row in rows
+        for name in names
+    )
+    checkpoint = Path(smk.params.checkpoint)
+    progress = Progress(total=len(rows) * len(names), log=log.info)
+    cells = run_cells(
+        generator.complete,
+        generator.reset,
+        rows,
+        names,
+        checkpoint,
+        progress,
+        messages=baseline_messages,
+    )
+    for name in names:
+        write_jsonl(smk.output[name], cells[name])
+        log.info("%s: %s", name, cell_report(cells[name]))
+    checkpoint.unlink(missing_ok=True)
+
+
+run_rule(snakemake, main)  # noqa: F821

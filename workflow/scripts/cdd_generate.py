@@ -1,0 +1,78 @@
+"""Rule cdd_generate: CDD's steps for one condition, with the ablations and the perturbed
+step-5 reruns when cdd.diagnostics is on (grabrag.cdd_runs.run_traces)."""
+
+import hashlib
+import json
+from pathlib import Path
+
+import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+
+from grabrag.assets import resolve
+from grabrag.cdd import CLOSED_BOOK
+from grabrag.cdd_runs import preflight_calls, run_traces
+from grabrag.generation import LlamaGenerator, settings_from
+from grabrag.io import read_jsonl, write_jsonl
+from grabrag.runner import log, run_rule
+
+
+def main(smk):
+    rows = read_jsonl(smk.input.contexts)
+    settings = smk.params.cdd
+    parametric, diagnostics = settings["parametric"], settings["diagnostics"]
+    # The CB rows are read in both modes: the preflight sizes the longest trace with them.
+    cb_rows = read_jsonl(smk.input.cb)
+    model = smk.params.model
+    # generation.max_tokens is replaced by cdd.step_max_tokens (rules/cdd.smk), so the
+    # preflight budget and every call's default limit are the step limit.
+    generation = settings_from(smk.params.generation)
+    generator = LlamaGenerator(
+        resolve(smk.input.model),
+        generation,
+        n_threads=smk.threads,
+        n_gpu_layers=model["n_gpu_layers"],
+        chat_format=model["chat_format"],
+    )
+    generator.preflight(preflight_calls(rows, cb_rows, generation.max_tokens))
+
+    def complete(messages, *, grammar):
+        return generator.complete(messages, grammar=grammar)
+
+    fingerprint = hashlib.sha256(
+        json.dumps(
+            [dict(smk.params.generation), dict(settings), smk.params.contract], sort_keys=True
+        ).encode()
+    ).hexdigest()[:16]
+    checkpoint = Path(smk.params.checkpoint)
+    log.info(
+        "%d questions, parametric=%s, diagnostics=%s, step_max_tokens=%d",
+        len(rows),
+        parametric,
+        diagnostics,
+        generation.max_tokens,
+    )
+    traces = run_traces(
+        complete,
+        generator.reset,
+        rows,
+        cb_rows if parametric == CLOSED_BOOK else None,
+        checkpoint,
+        parametric=parametric,
+        diagnostics=diagnostics,
+        fingerprint=fingerprint,
+        log=log.info,
+    )
+    write_jsonl(smk.output.traces, traces)
+    checkpoint.unlink(missing_ok=True)
+    calls = sum(t["llm_calls"] for t in traces)
+    reused = sum(t["reused_calls"] for t in traces)
+    log.info(
+        "%d questions: %d LLM calls (%.2f per question), %d reused, %.1f s of calls",
+        len(traces),
+        calls,
+        calls / len(traces) if traces else 0.0,
+        reused,
+        sum(t["question_seconds"] for t in traces),
+    )
+
+
+run_rule(snakemake, main)  # noqa: F821
