@@ -40,8 +40,19 @@ EVID_POLICIES = [p for p in ("EVID", "EVID_CB") if p in POLICIES]
 CDD_FAMILY = [
     p for p in ("CDD", "CDD_ALPHA", "CAI", "SHAM", "REFLECT", "FILTER") if p in POLICIES
 ]
+
+
+def _method_datasets(section):
+    """The datasets a method runs on (`<section>.datasets`, null = all): EvidentialRAG and
+    CDD cost several LLM calls per question, so a config may scope them."""
+    names = config[section]["datasets"]
+    return DATASETS if names is None else [d for d in DATASETS if d in names]
+
+
+EVID_DATASETS = _method_datasets("evidential") if EVID_POLICIES else []
+CDD_DATASETS = _method_datasets("cdd") if CDD_FAMILY else []
 # The lambda-sweep figure needs the EvidentialRAG sweep files.
-FIGURE_NAMES = [f for f in FIGURES if f != "lambda_sweep" or EVID_POLICIES]
+FIGURE_NAMES = [f for f in FIGURES if f != "lambda_sweep" or EVID_DATASETS]
 
 # Table 13 (seed sensitivity): one model x dataset rebuilt with another construction seed.
 # The variant is a dataset of its own, "<dataset>_seed<seed>", that shares the base
@@ -99,7 +110,18 @@ def metric_policies(dataset):
     paper's P0-P4 only: Table 13 reports no other, so their LLM passes would be wasted."""
     if dataset in SEED_VARIANTS:
         return [p for p in POLICIES if re.fullmatch(r"P[0-4]", p)]
-    return POLICIES
+    return dataset_policies(dataset)
+
+
+def dataset_policies(dataset):
+    """The configured policies that run on one dataset (EVID and the CDD family only on
+    the datasets their config section names)."""
+    return [
+        p
+        for p in POLICIES
+        if (p not in EVID_POLICIES or dataset in EVID_DATASETS)
+        and (p not in CDD_FAMILY or dataset in CDD_DATASETS)
+    ]
 
 
 def metric_cells(dataset):
@@ -176,7 +198,7 @@ def policy_files(model, dataset):
     return [
         f"{RESULTS}/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
         for condition in GENERATION_CONDITIONS
-        for policy in POLICIES
+        for policy in dataset_policies(dataset)
     ] + [f"{RESULTS}/policies/{model}/{dataset}/P3_sweep.csv"]
 
 
@@ -205,7 +227,7 @@ def fusion_settings():
 
 def evidential_files(model, dataset):
     """The per-model x dataset EvidentialRAG summaries (the sweep and the efficiency)."""
-    if not EVID_POLICIES:
+    if dataset not in EVID_DATASETS:
         return []
     return [
         f"{RESULTS}/evidential/{model}/{dataset}/sweep.csv",
@@ -234,7 +256,7 @@ def cdd_policy_inputs(wildcards):
 
 def cdd_files(model, dataset):
     """The per-model x dataset CDD summary (targets of `all`)."""
-    if not CDD_FAMILY:
+    if dataset not in CDD_DATASETS:
         return []
     return [f"{RESULTS}/cdd/{model}/{dataset}/diagnostics.csv"]
 
@@ -270,7 +292,9 @@ def figure_inputs(wildcards):
         )
     if wildcards.figure == "lambda_sweep":
         inputs["sweeps"] = expand(
-            f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv", model=MODELS, dataset=DATASETS
+            f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv",
+            model=MODELS,
+            dataset=EVID_DATASETS,
         )
     if wildcards.figure in ("risk_coverage", "reliability"):
         inputs["decisions"] = [
@@ -278,7 +302,7 @@ def figure_inputs(wildcards):
             for model in MODELS
             for dataset in DATASETS
             for condition in GENERATION_CONDITIONS
-            for policy in POLICIES
+            for policy in dataset_policies(dataset)
         ]
         inputs["contexts"] = [
             f"{RESULTS}/contexts/{dataset}/{condition}.jsonl"

@@ -96,18 +96,18 @@ rule tables:
         seed_metrics=expand(f"{RESULTS}/metrics/{{dataset}}.csv", dataset=SEED_VARIANTS),
         evid_sweeps=expand(
             f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv",
-            model=MODELS if EVID_POLICIES else [],
-            dataset=DATASETS,
+            model=MODELS,
+            dataset=EVID_DATASETS,
         ),
         evid_efficiency=expand(
             f"{RESULTS}/evidential/{{model}}/{{dataset}}/efficiency.json",
-            model=MODELS if EVID_POLICIES else [],
-            dataset=DATASETS,
+            model=MODELS,
+            dataset=EVID_DATASETS,
         ),
         cdd_diagnostics=expand(
             f"{RESULTS}/cdd/{{model}}/{{dataset}}/diagnostics.csv",
-            model=MODELS if CDD_FAMILY else [],
-            dataset=DATASETS,
+            model=MODELS,
+            dataset=CDD_DATASETS,
         ),
     output:
         **{

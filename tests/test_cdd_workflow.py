@@ -29,7 +29,8 @@ from .conftest import REPO, snakemake, snakemake_command
 
 pytestmark = pytest.mark.integration
 MODEL = "smollm2-135m"
-DATASETS = ("squad", "nq_bigbench")
+# tests/config/tiny.yaml runs CDD and the baselines on nq_bigbench only (CI time).
+DATASETS = ("nq_bigbench",)
 CONDITIONS = ("Q100", "Q50", "Q0", "QC", "QX")
 BASELINES = ("CAI", "SHAM", "REFLECT", "FILTER")
 TIMING = {"seconds", "question_seconds"}
@@ -53,6 +54,7 @@ def _cells():
 
 
 def test_traces_for_every_condition(tiny_run: Path) -> None:
+    assert not (tiny_run / f"results/cdd/{MODEL}/squad").exists()  # out of cdd.datasets
     rows_seen = 0
     for dataset, condition in _cells():
         contexts = _contexts(tiny_run, dataset, condition)
@@ -140,7 +142,7 @@ def test_cdd_alpha_equals_p1_on_gated_off_questions(tiny_run: Path) -> None:
 
 
 def test_baseline_cells_are_generation_rows(tiny_run: Path) -> None:
-    reference = read_jsonl(tiny_run / f"results/generation/{MODEL}/squad/Q100/P1.jsonl")
+    reference = read_jsonl(tiny_run / f"results/generation/{MODEL}/nq_bigbench/Q100/P1.jsonl")
     for dataset, condition in _cells():
         contexts = _contexts(tiny_run, dataset, condition)
         for name in BASELINES:
@@ -233,7 +235,7 @@ def test_cdd_tables_and_metrics(tiny_run: Path) -> None:
         sensitivity = list(csv.DictReader(handle))
     assert {r["perturbation"] for r in sensitivity} == {"truncation", "mistake injection"}
     # the metrics rule evaluates the new policies at every condition, in the policy order
-    with (tiny_run / "results/metrics/squad.csv").open(newline="") as handle:
+    with (tiny_run / "results/metrics/nq_bigbench.csv").open(newline="") as handle:
         metrics = list(csv.DictReader(handle))
     policies = list(dict.fromkeys(r["policy"] for r in metrics if r["policy"] != "mean"))
     assert policies[-6:] == list(FAMILY)
@@ -248,10 +250,10 @@ def test_cdd_tables_and_metrics(tiny_run: Path) -> None:
 
 def test_logs_report_progress_calls_and_time(tiny_run: Path) -> None:
     logs = tiny_run / "results/logs"
-    cdd_log = (logs / f"cdd_generate/{MODEL}/squad/Q100.log").read_text()
+    cdd_log = (logs / f"cdd_generate/{MODEL}/nq_bigbench/Q100.log").read_text()
     assert "[1/2]" in cdd_log and "LLM calls" in cdd_log and "ETA" in cdd_log
     assert "rule cdd_generate done in" in cdd_log
-    baseline_log = (logs / f"baselines_generate/{MODEL}/squad/Q100.log").read_text()
+    baseline_log = (logs / f"baselines_generate/{MODEL}/nq_bigbench/Q100.log").read_text()
     assert "[8/8]" in baseline_log and "rule baselines_generate done in" in baseline_log
 
 
@@ -265,7 +267,7 @@ def test_killed_cdd_job_resumes_and_matches_an_uninterrupted_run(
         dirs_exist_ok=True,
         ignore=shutil.ignore_patterns("locks", "incomplete"),
     )
-    cell = tmp_path / f"results/cdd/{MODEL}/squad/Q100"
+    cell = tmp_path / f"results/cdd/{MODEL}/nq_bigbench/Q100"
     traces = cell / "traces.jsonl"
     traces.unlink()
     checkpoint = cell / ".traces_checkpoint.jsonl"
@@ -293,10 +295,10 @@ def test_killed_cdd_job_resumes_and_matches_an_uninterrupted_run(
     assert finished == 1 and not traces.exists()
     snakemake(tmp_path, "--unlock", target)
     snakemake(tmp_path, target)
-    log = (tmp_path / f"results/logs/cdd_generate/{MODEL}/squad/Q100.log").read_text()
+    log = (tmp_path / f"results/logs/cdd_generate/{MODEL}/nq_bigbench/Q100.log").read_text()
     assert log.count("(from checkpoint)") == 1  # question 0 was not generated again
     assert _untimed(read_jsonl(traces)) == _untimed(
-        read_jsonl(tiny_run / f"results/cdd/{MODEL}/squad/Q100/traces.jsonl")
+        read_jsonl(tiny_run / f"results/cdd/{MODEL}/nq_bigbench/Q100/traces.jsonl")
     )
     assert not checkpoint.exists()
 

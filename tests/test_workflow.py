@@ -22,6 +22,9 @@ from .conftest import REPO, TINY, snakemake, snakemake_command
 
 pytestmark = pytest.mark.integration
 DATASETS = ("squad", "nq_bigbench")
+# tests/config/tiny.yaml runs EvidentialRAG and CDD on nq_bigbench only (CI time).
+METHOD_DATASETS = ("nq_bigbench",)
+PAPER_POLICIES = ("P0", "P1", "P2", "P3", "P4")
 GENERATION_CONDITIONS = ("Q100", "Q50", "Q0", "QC", "QX")
 POLICIES = ("P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB")
 # As printed in tables (EVID_CB is shown as EVID+CB).
@@ -151,15 +154,14 @@ def test_editing_one_stage_param_reruns_only_that_stage(tiny_run: Path, tmp_path
     plan = snakemake(tmp_path, "-n", configfile=edited).stdout
     jobs = planned_jobs(plan)
     # The context stage and everything downstream of it rerun; nothing upstream does.
-    # (Each count includes the seed-43 variant of nq_bigbench: one more build_contexts and
-    # qc_contexts job, and its Q0 + QC generation and EvidentialRAG jobs; the variant has
-    # no QX.)
+    # (The seed-43 variant of nq_bigbench adds one build_contexts and qc_contexts job and
+    # its Q0 + QC generation; it has no QX and runs P0-P4 only.)
     assert jobs["build_contexts"] == 3 and jobs["qc_contexts"] == 3, plan
     assert jobs["qx_contexts"] == 2, plan
     assert jobs["generate_context_prompts"] == 2 * 5 + 2, plan
-    assert jobs["evidential_evaluate"] == jobs["evidential_generate"] == 2 * 5 + 2, plan
-    # CDD and the baselines: every condition of the two datasets (not the seed variant)
-    assert jobs["cdd_generate"] == jobs["baselines_generate"] == 2 * 5, plan
+    # EvidentialRAG, CDD and the baselines: every condition of nq_bigbench
+    assert jobs["evidential_evaluate"] == jobs["evidential_generate"] == 5, plan
+    assert jobs["cdd_generate"] == jobs["baselines_generate"] == 5, plan
     assert not {
         "fetch_asset",
         "prepare_data",
@@ -379,9 +381,9 @@ def test_policy_jobs_make_no_llm_call(tiny_run: Path, tmp_path: Path) -> None:
         tmp_path, "--forcerun", "policy", "p3_sweep", env={"PYTHONPATH": str(poison.parent)}
     )
     jobs = planned_jobs(proc.stdout + proc.stderr)
-    # 2 datasets x 5 conditions x 13 policies (P0-P4, EVID, EVID_CB, CDD, CDD_ALPHA and
-    # the four baselines), and the seed variant's Q0 + QC x P0-P4
-    assert jobs.get("policy") == 2 * 5 * 13 + 2 * 5 and jobs.get("p3_sweep") == 2
+    # squad: 5 conditions x P0-P4; nq_bigbench: 5 conditions x 13 policies (P0-P4, EVID,
+    # EVID_CB, CDD, CDD_ALPHA and the four baselines); the seed variant's Q0 + QC x P0-P4
+    assert jobs.get("policy") == 5 * 5 + 5 * 13 + 2 * 5 and jobs.get("p3_sweep") == 2
     assert not {
         "generate_context_prompts",
         "generate_closed_book",
@@ -466,7 +468,7 @@ def test_seed_sensitivity_variant_and_table13(tiny_run: Path) -> None:
     with (tiny_run / "results/tables/table13_seed_sensitivity.csv").open(newline="") as handle:
         table13 = list(csv.DictReader(handle))
     assert [(r["policy"], r["condition"]) for r in table13] == [
-        (p, c) for p in PRINTED_POLICIES for c in ("Q0", "QC")
+        (p, c) for p in PAPER_POLICIES for c in ("Q0", "QC")
     ]
     for row in table13:
         assert row["n (seed 42)"] == "2" or row["condition"] == "QC"
@@ -489,7 +491,7 @@ def test_report_stage_is_incremental(tiny_run: Path, tmp_path: Path) -> None:
     plan = snakemake(tmp_path, "-n", configfile=edited).stdout
     assert planned_jobs(plan) == {
         "metrics": 3,
-        "cdd_diagnostics": 2,
+        "cdd_diagnostics": 1,
         "tables": 1,
         "figure": 6,
         "all": 1,
@@ -543,7 +545,7 @@ def test_qx_condition_pairs_the_gold_passage_with_its_swapped_twin(tiny_run: Pat
             assert row["context_tokens"] <= 400
         report = json.loads((tiny_run / f"results/contexts/{dataset}/QX_report.json").read_text())
         assert report["qx_rows"] == len(qx)
-        for policy in POLICIES:
+        for policy in POLICIES if dataset in METHOD_DATASETS else PAPER_POLICIES:
             rows = read_jsonl(
                 tiny_run / f"results/policies/smollm2-135m/{dataset}/QX/{policy}.jsonl"
             )
@@ -555,7 +557,8 @@ def test_evidential_evaluations_decisions_and_accounting(tiny_run: Path) -> None
     from grabrag.policies import EVIDENTIAL_RULES
 
     routes = set()
-    for dataset in DATASETS:
+    assert not (tiny_run / "results/evidential/smollm2-135m/squad").exists()
+    for dataset in METHOD_DATASETS:
         base = tiny_run / f"results/evidential/smollm2-135m/{dataset}"
         for condition in GENERATION_CONDITIONS:
             contexts = read_jsonl(tiny_run / f"results/contexts/{dataset}/{condition}.jsonl")
@@ -596,7 +599,7 @@ def test_evidential_evaluations_decisions_and_accounting(tiny_run: Path) -> None
 
 
 def test_evidential_sweep_grid(tiny_run: Path) -> None:
-    for dataset in DATASETS:
+    for dataset in METHOD_DATASETS:
         path = tiny_run / f"results/evidential/smollm2-135m/{dataset}/sweep.csv"
         with path.open(newline="") as handle:
             sweep = list(csv.DictReader(handle))

@@ -85,6 +85,13 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError(
             "config key 'nli.asset': the transformers NLI backend needs a model asset"
         )
+    for section in ("evidential", "cdd"):
+        for name in checked[section]["datasets"] or []:
+            if name not in checked["datasets"]:
+                raise ConfigError(
+                    f"config key '{section}.datasets' names dataset '{name}', which is not "
+                    f"under 'datasets' (known: {', '.join(sorted(checked['datasets']))})"
+                )
     sensitivity = checked.get("seed_sensitivity")
     if sensitivity:
         for key, known in (("model", checked["models"]), ("dataset", checked["datasets"])):
