@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import shutil
 import signal
@@ -202,7 +203,7 @@ def test_diagnostics_have_the_documented_rows(tiny_run: Path) -> None:
                     "accuracy_lenient",
                 }
         for r in rows:
-            value = float(r["value"])
+            value = float(r["value"]) if r["value"] != "" else math.nan  # NaN is written empty
             if r["section"] == "sensitivity" and r["metric"] == "sensitivity":
                 assert r["reason"] or value == value  # NaN only with a reason
             elif r["section"] in ("ablation", "perturbation_type") and int(r["n"]):

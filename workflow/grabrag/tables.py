@@ -673,7 +673,10 @@ def table_cdd_results(metrics: pd.DataFrame, diagnostics: pd.DataFrame) -> pd.Da
     ]
     rows = []
     for model, dataset in _cells(metrics):
-        for policy in (p for p in CDD_POLICIES if p in present):
+        in_cell = set(metrics.policy[(metrics.model == model) & (metrics.dataset == dataset)])
+        if not in_cell & set(CDD_POLICIES[1:]):
+            continue  # CDD did not run on this dataset (cdd.datasets)
+        for policy in (p for p in CDD_POLICIES if p in present and p in in_cell):
             row: dict[str, Any] = {"model": model, "dataset": dataset, "policy": policy}
             for condition in conditions:
                 rate = get(model, dataset, policy, condition, "answer_rate")
