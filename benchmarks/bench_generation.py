@@ -3,7 +3,8 @@
 1. Prefix reuse: P0, P1 and P2 of a question back to back (what a generation job does)
    versus three separate passes over the questions, one per prompt. Target: >= 1.5x.
 2. Harness overhead: ``run_cells`` (prompt building, parsing, checkpointing, progress)
-   versus a bare llama-cpp-python loop over the same messages in the same order.
+   versus a bare llama-cpp-python loop over the same messages in the same order, with
+   llama-cpp-python's own grammar sampler (ours checks the argmax first: same tokens).
    Target: throughput >= 0.95x the bare loop.
 
 Both use the embedded SmolLM2-135M GGUF on the Q50 contexts of the embedded default
@@ -17,6 +18,8 @@ import os
 import tempfile
 import time
 from pathlib import Path
+
+import llama_cpp
 
 from grabrag.assets import resolve
 from grabrag.generation import GenerationSettings, LlamaGenerator, run_cells
@@ -69,8 +72,19 @@ def main() -> None:
             for row in rows:
                 tokens["separate"] += prefix_call(row, prompt)
 
+    # The bare loop: llama-cpp-python as shipped (its grammar sampler filters the whole
+    # vocabulary at every token; ours checks the argmax first, grabrag.greedy_grammar).
+    stock = llama_cpp.Llama(
+        model_path=str(model),
+        n_ctx=4096,
+        n_threads=args.threads,
+        n_threads_batch=args.threads,
+        seed=42,
+        verbose=False,
+    )
+
     def bare_question(row) -> None:
-        llm = generator.llm
+        llm = stock
         llm.reset()
         for prompt in CONTEXT_PROMPTS:
             llm.create_chat_completion(

@@ -20,7 +20,7 @@ from grabrag.generation import (
     run_cells,
 )
 from grabrag.io import read_jsonl
-from grabrag.prompts import messages_for
+from grabrag.prompts import GBNF_GRAMMAR, messages_for
 
 from .conftest import RESOURCES, snakemake
 
@@ -161,6 +161,43 @@ def test_real_model_is_deterministic(generator: LlamaGenerator) -> None:
         generator.reset()
         outputs.append(generator.complete(messages)["raw"])
     assert outputs[0] == outputs[1]
+
+
+def test_argmax_first_grammar_check_chooses_the_same_tokens(
+    generator: LlamaGenerator, model_path: Path
+) -> None:
+    """Our greedy grammar path (grabrag.greedy_grammar) against llama-cpp-python's own
+    chain (grammar over the whole vocabulary at every token): the same text, token for
+    token, for the answer grammar and for a grammar the model's argmax often breaks."""
+    import llama_cpp
+
+    generator.llm.argmax_first_counts.update(argmax=0, full=0)
+    stock = llama_cpp.Llama(
+        model_path=str(model_path), n_ctx=4096, n_threads=2, seed=42, verbose=False
+    )
+    digits = 'root ::= "{" [0-9] [0-9]? " apples}"'
+    calls = [
+        (messages_for(prompt, "Which team defeated the Carolina Panthers?", CONTEXT), gbnf)
+        for prompt in ("P0", "P1", "CB")
+        for gbnf in (None, digits)
+    ]
+    for messages, gbnf in calls:
+        generator.reset()
+        stock.reset()
+        ours = generator.complete(messages, grammar=gbnf)
+        theirs = stock.create_chat_completion(
+            messages=messages,
+            grammar=llama_cpp.LlamaGrammar.from_string(gbnf or GBNF_GRAMMAR, verbose=False),
+            temperature=0.0,
+            max_tokens=96,
+            seed=42,
+        )
+        assert ours["raw"] == theirs["choices"][0]["message"]["content"], gbnf
+        assert ours["completion_tokens"] == theirs["usage"]["completion_tokens"]
+    # both paths ran: tokens the argmax check decided, and tokens where the grammar rejected
+    # the argmax and the whole vocabulary was filtered
+    counts = generator.llm.argmax_first_counts
+    assert counts["argmax"] > 0 and counts["full"] > 0, counts
 
 
 def test_prompt_too_long_for_the_context_window_fails_before_work(model_path: Path) -> None:

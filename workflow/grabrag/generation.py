@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .errors import GrabragError
+from .greedy_grammar import install as install_argmax_first_grammar
 from .prompts import GBNF_GRAMMAR, messages_for
 
 PARSE_OK, PARSE_REPAIRED, PARSE_FAILED = "ok", "repaired", "failed"
@@ -142,6 +143,9 @@ class LlamaGenerator:
             )
         except (ValueError, RuntimeError) as error:
             raise GenerationError(f"llama.cpp could not load {model_path}: {error}") from None
+        # Greedy + grammar without filtering the whole vocabulary at every token (same
+        # tokens; see grabrag.greedy_grammar).
+        install_argmax_first_grammar(self.llm)
         self.grammar = llama_cpp.LlamaGrammar.from_string(GBNF_GRAMMAR, verbose=False)
         # Other passes (EvidentialRAG's evaluator, CDD's steps) bring their own grammar;
         # each is compiled once per job.
