@@ -22,12 +22,12 @@ from grabrag.evidential_runs import (
     evaluation_report,
     preflight_messages,
     question_state,
-    read_row_checkpoint,
     run_evaluations,
     run_generation,
     stored_evaluation,
     sweep_table,
 )
+from grabrag.io import read_checkpoint_rows
 
 SETTINGS = {"lam": 0.6, "tau1": 0.35, "tau2": 0.65, "merge_f1": 0.8}
 
@@ -170,7 +170,7 @@ def test_evaluations_resume_redoing_only_the_question_in_flight(tmp_path: Path) 
     dying = StubLLM(JUDGEMENTS, die_after=4)  # question 0 done (3 calls), question 1 in flight
     with pytest.raises(Killed):
         run_evaluations(dying, dying.reset, ROWS, checkpoint, 64)
-    assert list(read_row_checkpoint(checkpoint)) == [("agree",)]
+    assert list(read_checkpoint_rows(checkpoint)) == [("agree",)]
     with checkpoint.open("a") as handle:
         handle.write('{"qid": "misl')  # a torn line from the kill
     resumed = StubLLM(JUDGEMENTS)

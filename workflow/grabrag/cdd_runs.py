@@ -88,6 +88,7 @@ from .bootstrap import (
 )
 from .errors import DataError
 from .generation import PARSE_FAILED as GENERATION_FAILED
+from .io import append_checkpoint_row
 
 # --- names ----------------------------------------------------------------------------
 
@@ -339,9 +340,7 @@ def run_traces(
                 parametric=parametric,
                 diagnostics=diagnostics,
             )
-            handle.write(json.dumps({**out, _FINGERPRINT: fingerprint}, ensure_ascii=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+            append_checkpoint_row(handle, {**out, _FINGERPRINT: fingerprint})
             done[qid] = out
             generated += 1
             if log:

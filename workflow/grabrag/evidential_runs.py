@@ -28,14 +28,12 @@ latency is reported on its own in the efficiency summary).
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import resource
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +41,7 @@ from . import evidential as E
 from . import metrics as M
 from .errors import DataError
 from .generation import PARSE_FAILED, Progress, parse_output
+from .io import append_checkpoint_row, read_checkpoint_rows
 
 EVID, EVID_CB = "EVID", "EVID_CB"
 VARIANTS = (EVID, EVID_CB)
@@ -154,28 +153,6 @@ def preflight_messages(
         )
 
 
-def read_row_checkpoint(path: Path, key: Sequence[str] = ("qid",)) -> dict[tuple, dict[str, Any]]:
-    """Finished rows from a checkpoint, keyed by ``key`` columns; a torn last line (a job
-    killed mid-write) is ignored."""
-    done: dict[tuple, dict[str, Any]] = {}
-    if not path.exists():
-        return done
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                break
-            done[tuple(row[k] for k in key)] = row
-    return done
-
-
-def _append(handle: IO[str], row: Mapping[str, Any]) -> None:
-    handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-    handle.flush()
-    os.fsync(handle.fileno())
-
-
 def run_evaluations(
     complete: Complete,
     reset: Callable[[], None],
@@ -189,7 +166,7 @@ def run_evaluations(
     cache is reset before each question, so a resumed run computes what an uninterrupted
     one does. The checkpoint is left in place; the caller removes it once the output is
     written."""
-    done = read_row_checkpoint(checkpoint)
+    done = read_checkpoint_rows(checkpoint)
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
     with checkpoint.open("a", encoding="utf-8") as handle:
         for row in context_rows:
@@ -202,7 +179,7 @@ def run_evaluations(
             reset()
             out = evaluate_question(_stepping(complete, progress, row["qid"]), row, max_tokens)
             done[(row["qid"],)] = out
-            _append(handle, out)
+            append_checkpoint_row(handle, out)
     return [done[(row["qid"],)] for row in context_rows]
 
 
@@ -402,7 +379,7 @@ def run_generation(
     if EVID_CB in variants and cb_rows is None:
         raise ValueError("EVID_CB needs the closed-book (CB) rows")
     evaluations, cb = _matched(context_rows, evaluation_rows, cb_rows)
-    done = read_row_checkpoint(checkpoint, ("qid", "policy"))
+    done = read_checkpoint_rows(checkpoint, ("qid", "policy"))
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
     with checkpoint.open("a", encoding="utf-8") as handle:
         for row in context_rows:
@@ -419,7 +396,7 @@ def run_generation(
                 result = complete(messages, None, None)
                 out = evidential_row(row, evaluations[qid], variant, state, result)
                 done[(qid, variant)] = out
-                _append(handle, out)
+                append_checkpoint_row(handle, out)
                 if progress:
                     progress.step(f"{qid} {variant} ({state['route']})")
             if not pending and progress:

@@ -11,16 +11,16 @@ run computes exactly what an uninterrupted one does.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from .errors import GrabragError
 from .greedy_grammar import install as install_argmax_first_grammar
+from .io import append_checkpoint_row, read_checkpoint_rows
 from .prompts import GBNF_GRAMMAR, messages_for
 
 PARSE_OK, PARSE_REPAIRED, PARSE_FAILED = "ok", "repaired", "failed"
@@ -232,24 +232,9 @@ def generation_row(
 
 
 def read_checkpoint(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """Finished calls from a checkpoint; a torn last line (killed mid-write) is ignored."""
-    done: dict[tuple[str, str], dict[str, Any]] = {}
-    if not path.exists():
-        return done
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                break
-            done[(row["qid"], row["prompt"])] = row
-    return done
-
-
-def _append(handle: IO[str], row: dict[str, Any]) -> None:
-    handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-    handle.flush()
-    os.fsync(handle.fileno())
+    """Finished calls from a checkpoint, by (qid, prompt); a torn last line (killed
+    mid-write) is ignored."""
+    return read_checkpoint_rows(path, ("qid", "prompt"))  # type: ignore[return-value]
 
 
 @dataclass
@@ -310,7 +295,7 @@ def run_cells(
                 result = complete(messages(prompt, row["question"], row["context"]))
                 out = generation_row(row, prompt, result)
                 done[(row["qid"], prompt)] = out
-                _append(handle, out)
+                append_checkpoint_row(handle, out)
                 if progress:
                     progress.step(f"{row['qid']} {prompt}")
             if not pending and progress:

@@ -99,3 +99,29 @@ def read_json(path: str | os.PathLike[str]) -> Any:
             return json.load(handle)
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}: not valid JSON at line {exc.lineno} ({exc.msg})") from None
+
+
+def read_checkpoint_rows(
+    path: str | os.PathLike[str], key: Sequence[str] = ("qid",)
+) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Finished rows of a job's checkpoint, keyed by the ``key`` columns. Reading stops at a
+    torn line (a job killed mid-write), so the rows after it are redone."""
+    done: dict[tuple[Any, ...], dict[str, Any]] = {}
+    path = Path(path)
+    if not path.exists():
+        return done
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                break
+            done[tuple(row[k] for k in key)] = row
+    return done
+
+
+def append_checkpoint_row(handle: IO[str], row: dict[str, Any]) -> None:
+    """One finished row, on disk before the next call starts (flushed and fsynced)."""
+    handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    handle.flush()
+    os.fsync(handle.fileno())
