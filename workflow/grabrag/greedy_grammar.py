@@ -20,6 +20,8 @@ import math
 import types
 from typing import Any
 
+import numpy as np
+
 
 def install(llm: Any) -> None:
     """Make ``llm`` (a ``llama_cpp.Llama``) use the argmax-first grammar check for greedy,
@@ -125,7 +127,5 @@ class ArgmaxFirstGrammar:
 
 def _argmax(interleaved: Any, size: int) -> int:
     """Index of the first maximal logit in llama_token_data's interleaved floats."""
-    import numpy as np
-
     logits = np.frombuffer(interleaved, dtype=np.float32, count=3 * size)[1::3]
     return int(np.argmax(logits))
