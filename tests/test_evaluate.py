@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from grabrag import metrics as M
-from grabrag.bootstrap import bootstrap_totals, ratio, resample_counts
+from grabrag.bootstrap import bootstrap_totals, percentile_interval, ratio, resample_counts
 from grabrag.errors import DataError
 from grabrag.evaluate import (
     COLUMNS,
+    abstention_over_datasets,
     dataset_seed,
     evaluate,
     evaluate_dataset,
@@ -477,3 +478,53 @@ def test_loading_and_frame(tmp_path) -> None:
     assert list(frame.columns) == list(COLUMNS) and len(frame) == len(rows)
     with pytest.raises(DataError, match="not found"):
         load_cell_rows(tmp_path, "m", "ds", "QC", "P1")
+
+
+def test_abstention_over_datasets_averages_points_and_resamples() -> None:
+    # ds2: P1's cells with every Q0 row answered instead of abstained
+    other = {("m", "ds2", c, p): rows for (_, _, c, p), rows in decisions().items()}
+    other[("m", "ds2", "Q0", "P1")] = [r(q, "answer", "x", 50) for q in GOLD]
+    ctx2 = {("ds2", c): rows for (_, c), rows in contexts().items()}
+    rows = abstention_over_datasets(
+        {**decisions(), **other}, {**contexts(), **ctx2}, n_resamples=400, seed=5
+    )
+    assert all(set(row) == set(COLUMNS) for row in rows)
+    keyed = {(row["policy"], row["condition"]): row for row in rows}
+    p1_q0 = keyed[("P1", "Q0")]
+    # P1 at Q0 abstains on 3 of 4 in ds and 0 of 4 in ds2: the mean is (0.75 + 0) / 2
+    assert p1_q0["value"] == pytest.approx(0.375)
+    assert (p1_q0["dataset"], p1_q0["n"], p1_q0["metric"]) == ("ds+ds2", 8, "abstain_rate")
+    # The CI: each dataset resampled with the metrics' own matrix, the rates averaged.
+    abstained = {"ds": np.array([1.0, 1, 0, 1]), "ds2": np.zeros(4)}
+    draws = np.mean(
+        [
+            resample_counts(4, 400, dataset_seed(5, d), dtype=np.float32)
+            @ abstained[d].astype(np.float32)
+            / 4
+            for d in ("ds", "ds2")
+        ],
+        axis=0,
+    )
+    low, high, _ = percentile_interval(draws)
+    assert (p1_q0["ci_low"], p1_q0["ci_high"]) == pytest.approx((low[0], high[0]))
+    # With one dataset, the mean is that dataset's own metric and CI.
+    single = abstention_over_datasets(decisions(), contexts(), n_resamples=400, seed=5)
+    metric = {
+        (row["policy"], row["condition"]): row
+        for row in evaluate(decisions(), contexts(), n_resamples=400, seed=5)
+        if row["metric"] == "abstain_rate"
+    }
+    for row in single:
+        ref = metric[(row["policy"], row["condition"])]
+        assert (row["value"], row["ci_low"], row["ci_high"]) == pytest.approx(
+            (ref["value"], ref["ci_low"], ref["ci_high"])
+        )
+    # A cell with no rows (QC without eligible questions) is left out, not averaged as 0.
+    ctx_no_qc = {k: v for k, v in ctx2.items() if k[1] != "QC"}
+    ctx_no_qc[("ds2", "QC")] = []
+    other_no_qc = {k: ([] if k[2] == "QC" else v) for k, v in other.items()}
+    rows = abstention_over_datasets(
+        {**decisions(), **other_no_qc}, {**contexts(), **ctx_no_qc}, n_resamples=50, seed=5
+    )
+    qc = next(row for row in rows if row["policy"] == "P1" and row["condition"] == "QC")
+    assert (qc["dataset"], qc["n"], qc["value"]) == ("ds", 3, 0.0)

@@ -37,20 +37,59 @@ def test_lambda_sweep_figure(tmp_path: Path) -> None:
     assert (tmp_path / "lambda_sweep.pdf").read_bytes()[:4] == b"%PDF"
 
 
-def test_abstention_figure_shades_every_should_abstain_condition() -> None:
+def _abstain_rows(datasets=("d",)) -> pd.DataFrame:
     rows = [
-        ("m", "d", policy, condition, "abstain_rate", 0.5, 0.4, 0.6)
+        ("m", dataset, policy, condition, "abstain_rate", 0.5, 0.4, 0.6)
+        for dataset in datasets
         for policy in ("P1", "EVID_CB")
         for condition in ("Q100", "Q50", "Q0", "QC", "QX")
     ]
-    metrics = pd.DataFrame(
+    return pd.DataFrame(
         rows,
         columns=("model", "dataset", "policy", "condition", "metric", "value", "ci_low", "ci_high"),
     )
-    fig = f.abstention_by_condition(metrics)
-    ax = fig.axes[0]
+
+
+def test_abstention_figure_shades_every_should_abstain_condition() -> None:
+    fig = f.abstention_by_condition(_abstain_rows(["nq+hotpotqa"]))
+    (ax,) = fig.axes  # one panel per model
     assert [t.get_text() for t in ax.get_xticklabels()] == ["Q100", "Q50", "Q0", "QC", "QX"]
     (span,) = ax.patches[:1]
     assert (span.get_x(), span.get_x() + span.get_width()) == (1.5, 4.5)
     labels = [line.get_label() for line in ax.get_lines()]
     assert "EVID+CB" in labels and "P1 (IDK)" in labels
+    assert "mean over hotpotqa, nq" in ax.get_title()
+    # CI bands: one filled band per policy
+    assert len(ax.collections) == 2
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["should abstain", "P1 (IDK)", "EVID+CB"]
+
+
+def test_abstention_by_dataset_has_a_panel_per_model_and_dataset() -> None:
+    fig = f.abstention_by_dataset(_abstain_rows(["hotpotqa", "nq"]))
+    assert [ax.get_title() for ax in fig.axes] == ["m / hotpotqa", "m / nq"]
+
+
+def test_qc_breakdown_shares_per_model_in_policy_order() -> None:
+    rows = []
+    for policy, (echo, hallucination, override) in {
+        "P3": (0, 1, 1),
+        "P1": (2, 1, 1),
+        "EVID_CB": (0, 0, 0),
+    }.items():
+        for metric, value in (
+            ("qc_echo", echo),
+            ("qc_hallucination", hallucination),
+            ("qc_override", override),
+        ):
+            rows.append(("m", "d", policy, "QC", metric, value))
+    metrics = pd.DataFrame(
+        rows, columns=("model", "dataset", "policy", "condition", "metric", "value")
+    )
+    fig = f.qc_breakdown_figure(metrics)
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["P1 (IDK)", "P3 (conflict)", "EVID+CB"]
+    # stacked shares of the answered rows: P1 2/4 echo, 1/4, 1/4; P3 0, 1/2, 1/2; EVID+CB none
+    heights = [round(bar.get_height(), 6) for bar in ax.patches]
+    assert heights == [50.0, 0.0, 0.0, 25.0, 50.0, 0.0, 25.0, 50.0, 0.0]
+    assert [t.get_text() for t in ax.texts] == ["n=4", "n=2", "n=0"]

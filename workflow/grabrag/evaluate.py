@@ -73,6 +73,7 @@ from .bootstrap import (
     CONFIDENCE_LEVEL,
     N_RESAMPLES,
     bootstrap_totals,
+    percentile_interval,
     ratio,
     resample_counts,
 )
@@ -555,7 +556,7 @@ def _block(
     return block
 
 
-def _policy_sort_key(policy: str) -> tuple[int, str]:
+def policy_sort_key(policy: str) -> tuple[int, str]:
     return (POLICY_ORDER.index(policy) if policy in POLICY_ORDER else len(POLICY_ORDER), policy)
 
 
@@ -598,7 +599,7 @@ def evaluate_dataset(
         p1_q100 = policies.get("P1", {}).get("Q100")
         if p1_q100 is not None:
             capability = p1_q100.em * p1_q100.answered  # EM is 0 unless answered
-        for policy in sorted(policies, key=_policy_sort_key):
+        for policy in sorted(policies, key=policy_sort_key):
             cells = {c: policies[policy][c] for c in CONDITIONS if c in policies[policy]}
             block = _block(cells, capability, ds.eligible.astype(float), ece_bins, ds.n)
             head = {"model": model, "dataset": dataset, "policy": policy}
@@ -685,5 +686,79 @@ def evaluate(
                 confidence_level=confidence_level,
                 ece_bins=ece_bins,
             )
+        )
+    return out
+
+
+OVER_DATASETS_REASON = "no dataset has rows in this cell"
+
+
+def abstention_over_datasets(
+    decisions: Mapping[CellKey, Sequence[Mapping[str, Any]]],
+    contexts: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]],
+    *,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 42,
+    confidence_level: float = CONFIDENCE_LEVEL,
+) -> list[dict[str, Any]]:
+    """Figure 2's numbers: the abstention rate of each (model, policy, condition) averaged
+    over the datasets that have that cell, with a percentile bootstrap CI.
+
+    Each dataset is resampled with its own multiplicity matrix, the one its metrics use
+    (same seed, so a one-dataset mean has exactly that dataset's CI). The datasets are
+    independent samples of questions, so a resample of the mean is the mean of the
+    datasets' resampled rates. Rows have :data:`COLUMNS`; ``dataset`` names the averaged
+    datasets joined by "+", ``n`` is the number of rows (questions) over them.
+    """
+    draws: dict[tuple[str, str, str], list[tuple[str, float, np.ndarray, int]]] = {}
+    for dataset in sorted({key[1] for key in decisions}):
+        ctx = {c: rows for (d, c), rows in contexts.items() if d == dataset}
+        if not ctx:
+            raise DataError(f"no context rows for dataset {dataset}")
+        ds = _Dataset(dataset, ctx)
+        counts = resample_counts(ds.n, n_resamples, dataset_seed(seed, dataset), dtype=np.float32)
+        for (model, d, condition, policy), rows in decisions.items():
+            if d != dataset:
+                continue
+            if condition not in CONDITIONS:
+                raise DataError(f"cell {model}/{dataset}/{condition}/{policy}: unknown condition")
+            cell = _Cell(ds, condition, ds.cell((model, dataset, condition, policy), rows))
+            present = int(cell.present.sum())
+            if present == 0:
+                continue  # e.g. QC of a dataset without QC-eligible questions
+            with np.errstate(invalid="ignore", divide="ignore"):
+                resampled = (counts @ cell.abstained.astype(np.float32)) / (
+                    counts @ cell.present.astype(np.float32)
+                )
+            point = float(cell.abstained.sum()) / present
+            draws.setdefault((model, policy, condition), []).append(
+                (dataset, point, resampled, present)
+            )
+    out = []
+    for (model, policy, condition), parts in sorted(
+        draws.items(),
+        key=lambda item: (
+            item[0][0],
+            policy_sort_key(item[0][1]),
+            CONDITIONS.index(item[0][2]),
+        ),
+    ):
+        value = float(np.mean([point for _, point, _, _ in parts]))
+        mean_draws = np.mean(np.stack([r for _, _, r, _ in parts]), axis=0)
+        low, high, _ = percentile_interval(mean_draws, confidence_level)
+        interval_ok = bool(np.isfinite(low[0]) and np.isfinite(high[0]))
+        out.append(
+            {
+                "model": model,
+                "dataset": "+".join(d for d, _, _, _ in parts),
+                "policy": policy,
+                "condition": condition,
+                "metric": "abstain_rate",
+                "value": value,
+                "ci_low": float(low[0]),
+                "ci_high": float(high[0]),
+                "n": sum(n for _, _, _, n in parts),
+                "reason": None if interval_ok else _CI_UNDEFINED,
+            }
         )
     return out

@@ -49,6 +49,7 @@ CONDITIONS = ("Q100", "Q50", "Q0", "QC", "QX")
 SHOULD_ABSTAIN = ("Q0", "QC", "QX")
 FIGURES = (
     "abstention_by_condition",
+    "abstention_by_dataset",
     "p3_sweep",
     "risk_coverage",
     "reliability",
@@ -83,51 +84,96 @@ def _grid(cells: Sequence[tuple[str, str]], width: float = 3.6, height: float = 
     return fig, axes, models, datasets
 
 
-def abstention_by_condition(metrics: pd.DataFrame) -> Any:
-    """Figure 2: abstention rate by condition, one line per policy with 95% CI bands;
-    should-abstain conditions shaded; one panel per model (rows: datasets)."""
-    rates = metrics[(metrics.metric == "abstain_rate") & metrics.condition.isin(CONDITIONS)]
-    conditions = [c for c in CONDITIONS if c in set(rates.condition)]
+def _abstention_panel(ax: Any, rates: pd.DataFrame, conditions: Sequence[str]) -> None:
+    """One panel: abstention rate (%) per condition, a line per policy with its 95% CI
+    band, the should-abstain conditions shaded."""
     shaded = [k for k, c in enumerate(conditions) if c in SHOULD_ABSTAIN]
-    cells = sorted(set(zip(rates.model, rates.dataset, strict=True)))
-    fig, axes, models, datasets = _grid(cells)
+    if shaded:
+        ax.axvspan(
+            min(shaded) - 0.5, max(shaded) + 0.5, color="0.92", zorder=0, label="should abstain"
+        )
     x = range(len(conditions))
+    for policy, colour in POLICY_COLOURS.items():
+        rows = rates[rates.policy == policy].set_index("condition").reindex(conditions)
+        if rows["value"].isna().all():
+            continue
+        ax.plot(x, 100 * rows["value"], marker="o", color=colour, label=POLICY_NAMES[policy])
+        ax.fill_between(
+            x,
+            100 * rows["ci_low"].astype(float),
+            100 * rows["ci_high"].astype(float),
+            color=colour,
+            alpha=0.15,
+        )
+    ax.set_xticks(list(x), conditions)
+    ax.set_xlim(-0.5, len(conditions) - 0.5)
+    ax.set_ylim(-2, 102)
+    ax.set_xlabel("context condition")
+
+
+def _legend_below(fig: Any, ncol: int = 7) -> None:
+    """One legend for every panel, under them (inside a panel it would hide lines); a
+    policy that only some panels show is still listed once."""
+    entries: dict[str, Any] = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    order = ["should abstain", *POLICY_NAMES.values()]
+    labels = sorted(entries, key=lambda x: order.index(x) if x in order else len(order))
+    if entries:
+        fig.legend(
+            [entries[label] for label in labels],
+            labels,
+            loc="upper center",
+            ncol=min(ncol, len(entries)),
+            fontsize=8,
+            bbox_to_anchor=(0.5, 0.0),
+            frameon=False,
+        )
+
+
+def _abstain_rates(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    rates = frame[(frame.metric == "abstain_rate") & frame.condition.isin(CONDITIONS)]
+    return rates, [c for c in CONDITIONS if c in set(rates.condition)]
+
+
+def abstention_by_condition(means: pd.DataFrame) -> Any:
+    """Figure 2: abstention rate by condition averaged over the datasets, one panel per
+    model, one line per policy with 95% bootstrap CI bands, should-abstain conditions
+    shaded. ``means``: rows of :func:`grabrag.evaluate.abstention_over_datasets`."""
+    rates, conditions = _abstain_rates(means)
+    models = sorted(set(rates.model)) or [""]
+    fig, axes = plt.subplots(
+        1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False, sharey=True
+    )
+    for ax, model in zip(axes[0], models, strict=True):
+        cell = rates[rates.model == model]
+        _abstention_panel(ax, cell, conditions)
+        averaged = sorted({d for names in cell.dataset for d in str(names).split("+")})
+        ax.set_title(f"{model}\n(mean over {', '.join(averaged)})", fontsize=9)
+    axes[0][0].set_ylabel("abstention rate (%)")
+    fig.suptitle("Abstention rate by context condition (95% bootstrap CI)", fontsize=10)
+    fig.tight_layout()
+    _legend_below(fig, ncol=min(7, 3 + len(models)))
+    return fig
+
+
+def abstention_by_dataset(metrics: pd.DataFrame) -> Any:
+    """Figure 2 per dataset: one panel per model (columns) and dataset (rows)."""
+    rates, conditions = _abstain_rates(metrics)
+    cells = sorted(set(zip(rates.model, rates.dataset, strict=True)))
+    fig, axes, models, datasets = _grid(cells, width=4.2, height=3.4)
     for i, dataset in enumerate(datasets):
         for j, model in enumerate(models):
             ax = axes[i][j]
-            if shaded:
-                ax.axvspan(
-                    min(shaded) - 0.5,
-                    max(shaded) + 0.5,
-                    color="0.92",
-                    zorder=0,
-                    label="should abstain",
-                )
             cell = rates[(rates.model == model) & (rates.dataset == dataset)]
-            for policy, colour in POLICY_COLOURS.items():
-                rows = cell[cell.policy == policy].set_index("condition").reindex(conditions)
-                if rows["value"].isna().all():
-                    continue
-                ax.plot(
-                    x, 100 * rows["value"], marker="o", color=colour, label=POLICY_NAMES[policy]
-                )
-                ax.fill_between(
-                    x,
-                    100 * rows["ci_low"].astype(float),
-                    100 * rows["ci_high"].astype(float),
-                    color=colour,
-                    alpha=0.15,
-                )
-            ax.set_xticks(list(x), conditions)
-            ax.set_ylim(-2, 102)
+            _abstention_panel(ax, cell, conditions)
             ax.set_title(f"{model} / {dataset}", fontsize=9)
-            ax.set_xlabel("context condition")
             if j == 0:
                 ax.set_ylabel("abstention rate (%)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=8, fontsize=8, bbox_to_anchor=(0.5, -0.06))
-    fig.suptitle("Abstention by context condition (95% bootstrap CI)", fontsize=10)
+    fig.suptitle("Abstention rate by context condition and dataset (95% bootstrap CI)", fontsize=10)
     fig.tight_layout()
+    _legend_below(fig, ncol=min(7, 3 + len(models)))
     return fig
 
 
@@ -158,7 +204,10 @@ def risk_coverage_figure(
     """Risk-coverage curves per model x dataset, one line per policy (all conditions)."""
     cells = sorted({(m, d) for m, d, _ in curves})
     fig, axes, models, datasets = _grid(cells)
-    for (model, dataset, policy), (coverage, risk) in sorted(curves.items()):
+    order = list(POLICY_COLOURS)
+    for (model, dataset, policy), (coverage, risk) in sorted(
+        curves.items(), key=lambda item: order.index(item[0][2])
+    ):
         ax = axes[datasets.index(dataset)][models.index(model)]
         if len(coverage):
             ax.plot(coverage, risk, color=POLICY_COLOURS[policy], label=POLICY_NAMES[policy])
@@ -171,9 +220,9 @@ def risk_coverage_figure(
             ax.set_ylim(-0.02, 1.02)
             if j == 0:
                 ax.set_ylabel("risk (1 - accuracy)")
-    axes[0][0].legend(fontsize=7)
     fig.suptitle("Risk-coverage (area under the curve = AURC)", fontsize=10)
     fig.tight_layout()
+    _legend_below(fig, ncol=4)
     return fig
 
 
@@ -201,8 +250,20 @@ def reliability_figure(bins: Mapping[str, Sequence[Mapping[str, float]]]) -> Any
             width=0.09,
             color=POLICY_COLOURS[policy],
             alpha=0.8,
+            edgecolor="0.2",
+            linewidth=0.6,
             label="accuracy",
         )
+        # Rows per bin, so a bin with accuracy 0 is told apart from an empty one.
+        for b in rows:
+            ax.annotate(
+                f"n={b['n']}",
+                (b["mid"], b["accuracy"]),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                fontsize=6,
+            )
         ax.set_title(POLICY_NAMES[policy], fontsize=9)
         ax.set_xlabel("confidence (bin midpoint)")
         ax.set_xlim(0, 1)
@@ -215,30 +276,64 @@ def reliability_figure(bins: Mapping[str, Sequence[Mapping[str, float]]]) -> Any
     return fig
 
 
+QC_PARTS = (
+    ("qc_echo", "echo (planted answer)", "#c44e52"),
+    ("qc_hallucination", "hallucination", "#8c8c8c"),
+    ("qc_override", "correct override", "#55a868"),
+)
+
+
 def qc_breakdown_figure(metrics: pd.DataFrame) -> Any:
-    """Answered QC rows split into echo / hallucination / correct override, per policy."""
-    qc = metrics[metrics.condition == "QC"]
-    counts = qc[qc.metric.isin(["qc_echo", "qc_hallucination", "qc_override"])]
+    """Answered QC rows split into echo / hallucination / correct override (Table 3's
+    sources), one panel per model, one bar per policy (datasets pooled): the share of the
+    answered rows (%), with the number answered over each bar."""
+    qc = metrics[(metrics.condition == "QC") & metrics.policy.isin(list(POLICY_COLOURS))]
+    counts = qc[qc.metric.isin([c for c, _, _ in QC_PARTS] + ["qc_answered"])]
     table = counts.pivot_table(
         index=["model", "policy"], columns="metric", values="value", aggfunc="sum"
     ).fillna(0)
-    fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(table) + 2), 3.6))
-    labels = [f"{m}\n{p}" for m, p in table.index]
-    bottom = [0.0] * len(table)
-    parts = (
-        ("qc_echo", "echo (planted entity)", "#c44e52"),
-        ("qc_hallucination", "hallucination", "#8c8c8c"),
-        ("qc_override", "correct override", "#55a868"),
+    models = sorted({m for m, _ in table.index}) or [""]
+    order = list(POLICY_COLOURS)
+    width = (
+        max(len([p for m, p in table.index if m == model]) for model in models) if len(table) else 1
     )
-    for column, label, colour in parts:
-        values = list(table[column]) if column in table else [0.0] * len(table)
-        ax.bar(labels, values, bottom=bottom, label=label, color=colour)
-        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    ax.set_ylabel("answered QC rows (all datasets)")
-    ax.set_title("What models say when they answer under misleading context", fontsize=10)
-    ax.legend(fontsize=8)
-    ax.tick_params(axis="x", labelsize=7)
+    fig, axes = plt.subplots(
+        1,
+        len(models),
+        figsize=(max(4.0, 0.55 * width + 1.5) * len(models), 3.8),
+        squeeze=False,
+        sharey=True,
+    )
+    for ax, model in zip(axes[0], models, strict=True):
+        policies = sorted((p for m, p in table.index if m == model), key=lambda p: order.index(p))
+        x = list(range(len(policies)))
+        bottom = [0.0] * len(policies)
+        answered = [
+            sum(table.loc[(model, p)].get(c, 0.0) for c, _, _ in QC_PARTS) for p in policies
+        ]
+        for column, label, colour in QC_PARTS:
+            shares = [
+                100 * table.loc[(model, p)].get(column, 0.0) / a if a else 0.0
+                for p, a in zip(policies, answered, strict=True)
+            ]
+            ax.bar(x, shares, bottom=bottom, label=label, color=colour)
+            bottom = [b + v for b, v in zip(bottom, shares, strict=True)]
+        for k, a in enumerate(answered):
+            ax.annotate(
+                f"n={int(a)}",
+                (k, 100 if a else 0),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                fontsize=7,
+            )
+        ax.set_xticks(x, [POLICY_NAMES[p] for p in policies], rotation=45, ha="right", fontsize=7)
+        ax.set_ylim(0, 110)
+        ax.set_title(model, fontsize=9)
+    axes[0][0].set_ylabel("share of answered QC rows (%)")
+    fig.suptitle("What models say when they answer under misleading context (QC)", fontsize=10)
     fig.tight_layout()
+    _legend_below(fig, ncol=3)
     return fig
 
 

@@ -33,6 +33,8 @@ def main(smk):
     metrics = pd.concat([pd.read_csv(p) for p in smk.input.metrics], ignore_index=True)
     if figure == "abstention_by_condition":
         fig = f.abstention_by_condition(metrics)
+    elif figure == "abstention_by_dataset":
+        fig = f.abstention_by_dataset(metrics)
     elif figure == "qc_breakdown":
         fig = f.qc_breakdown_figure(metrics)
     elif figure == "p3_sweep":
