@@ -9,27 +9,14 @@ from grabrag.cdd_runs import baseline_contract, prompt_contract
 # CDD and CDD_ALPHA both read the CDD traces; the baselines among the configured policies.
 CDD_TRACES = bool({"CDD", "CDD_ALPHA"} & set(CDD_FAMILY))
 CDD_BASELINES = [p for p in CDD_FAMILY if p in ("CAI", "SHAM", "REFLECT", "FILTER")]
-CDD_TABLES = {}
+# The CDD tables this config produces (captions: workflow/report/tables/<name>.rst).
+CDD_TABLE_NAMES = []
 if CDD_FAMILY:
-    CDD_TABLES["cdd_results"] = (
-        "CDD, CDD-alpha and the prompt-only baselines beside Standard RAG (P1): answer rate "
-        "(HwSA at should-abstain conditions) and EM at Q100 with 95% CIs, accuracy per "
-        "perturbation type and macro-averaged over the adversarial types (%)."
-    )
+    CDD_TABLE_NAMES.append("cdd_results")
 if CDD_TRACES:
-    CDD_TABLES["cdd_source_control"] = (
-        "CDD: which source controls the answered rows (final answer = contextual answer, "
-        "parametric answer, both, neither), per condition."
-    )
+    CDD_TABLE_NAMES.append("cdd_source_control")
 if CDD_TRACES and config["cdd"]["diagnostics"]:
-    CDD_TABLES["cdd_sensitivity"] = (
-        "CDD trace-perturbation causal sensitivity (Acc_clean - Acc_corrupted) / Acc_clean "
-        "for a truncated trace and an injected mistake, with paired 95% bootstrap CIs (%)."
-    )
-    CDD_TABLES["cdd_ablation"] = (
-        "CDD ablations: accuracy of full CDD, without premise isolation and without the "
-        "divergence check, with 95% CIs (%)."
-    )
+    CDD_TABLE_NAMES += ["cdd_sensitivity", "cdd_ablation"]
 
 
 rule cdd_generate:

@@ -51,6 +51,8 @@ def _method_datasets(section):
 
 EVID_DATASETS = _method_datasets("evidential") if EVID_POLICIES else []
 CDD_DATASETS = _method_datasets("cdd") if CDD_FAMILY else []
+# Table 6: datasets whose QC audit sample a person has rated (qc.audit_filled).
+AUDITED_DATASETS = [d for d in DATASETS if d in config["qc"]["audit_filled"]]
 # The lambda-sweep figure needs the EvidentialRAG sweep files.
 FIGURE_NAMES = [f for f in FIGURES if f != "lambda_sweep" or EVID_DATASETS]
 
@@ -281,8 +283,19 @@ def library_code(*modules):
     return digest.hexdigest()[:16]
 
 
+def table_caption(name):
+    """A table's caption, from workflow/report/tables/<name>.rst: the report shows the
+    file, and the Markdown and LaTeX versions of the table carry its text ("\\@" in the
+    file keeps reStructuredText from making "HwSA@QC" an e-mail link)."""
+    path = Path(workflow.basedir) / "workflow" / "report" / "tables" / f"{name}.rst"
+    return " ".join(path.read_text(encoding="utf-8").split()).replace("\\@", "@")
+
+
 def figure_inputs(wildcards):
     """Figures read the metric tables; curves and diagrams also read the decision rows."""
+    if wildcards.figure == "abstention_by_condition":
+        # Figure 2 averages the datasets, with CIs from the metrics' resamples.
+        return {"metrics": [f"{RESULTS}/metrics/abstention_over_datasets.csv"]}
     inputs = {
         "metrics": expand(f"{RESULTS}/metrics/{{dataset}}.csv", dataset=DATASETS),
     }
@@ -331,8 +344,6 @@ def all_targets():
         ]
         if "QX" in GENERATION_CONDITIONS:
             targets.append(f"{RESULTS}/contexts/{dataset}/QX.jsonl")
-        if dataset in config["qc"]["audit_filled"]:
-            targets.append(f"{RESULTS}/qc/{dataset}/audit_hwsa.csv")
         for model in MODELS:
             targets.append(f"{RESULTS}/generation/{model}/{dataset}/report.json")
             targets += policy_files(model, dataset)

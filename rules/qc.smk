@@ -89,20 +89,3 @@ rule qx_contexts:
     script:
         "../workflow/scripts/qx_contexts.py"
 
-
-rule audit_hwsa:
-    input:
-        audit=lambda wildcards: config["qc"]["audit_filled"][wildcards.dataset],
-        cells=lambda wildcards: [
-            f"{RESULTS}/generation/{model}/{wildcards.dataset}/QC/{prompt}.jsonl"
-            for model in MODELS
-            for prompt in CONTEXT_PROMPTS
-        ],
-    output:
-        table=f"{RESULTS}/qc/{{dataset}}/audit_hwsa.csv",
-    log:
-        f"{RESULTS}/logs/audit_hwsa/{{dataset}}.log",
-    conda:
-        GRABRAG_ENV
-    script:
-        "../workflow/scripts/audit_hwsa.py"

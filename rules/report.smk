@@ -1,56 +1,62 @@
 # Stage 7-8: metrics with paired bootstrap CIs, the paper's tables and figures.
 # Editing `bootstrap:` reruns metrics, tables and figures only; plotting code, figures only.
 
-TABLES = {
-    "table1_hwsa": "Table 1: HwSA at Q0 vs QC on paired QC-eligible questions (%).",
-    "table2_policies": "Table 2: policies macro-averaged over model x dataset cells (%).",
-    "table3_qc_sources": "Table 3: QC answers by source, pooled over datasets and policies.",
-    "table7_hwsa_ci": "Table 7: HwSA with 95% bootstrap CIs (%).",
-    "table8_fac_ci": "Table 8: FAC and answer rates with 95% bootstrap CIs (%).",
-    "table9_qc_sources": "Table 9: QC answer sources per cell (%).",
-    "table10_aurc": "Table 10: AURC by model, dataset and policy (lower is better).",
-    "table11_ece": "Table 11: ECE (10 bins) by policy and condition, mean over cells.",
-    "table11b_ece15": "ECE with 15 bins (EvidentialRAG's form) by policy and condition.",
-    "table12_p3_sweep": "Table 12: P3 sensitivity to the F1 threshold, confidence cutoff 50 (%).",
-    "normalised_hwsa": "Normalised HwSA: HwSA@QC / Ans@Q100 (section 6) (%).",
-    "selection_bias": "Q100 EM on QC-eligible vs excluded questions (section 6) (%).",
-    "parse_failures": "Generation parse status per cell.",
-}
+# The tables this config produces; each caption is workflow/report/tables/<name>.rst.
+TABLE_NAMES = [
+    "table1_hwsa",
+    "table2_policies",
+    "table3_qc_sources",
+    "table7_hwsa_ci",
+    "table8_fac_ci",
+    "table9_qc_sources",
+    "table10_aurc",
+    "table11_ece",
+    "table11b_ece15",
+    "table12_p3_sweep",
+    "normalised_hwsa",
+    "selection_bias",
+    "parse_failures",
+]
 if "QX" in GENERATION_CONDITIONS:
-    TABLES["hwsa_conditions"] = (
-        "HwSA (answer rate) at Q0, QC and QX with 95% CIs, and QX - QC on paired questions (%)."
-    )
+    TABLE_NAMES.append("hwsa_conditions")
 if EVID_POLICIES:
-    TABLES.update(
-        {
-            "evid_results": (
-                "EvidentialRAG beside P0-P4: HwSA at should-abstain conditions, FAC at Q100/Q50, "
-                "refusal precision/recall/F1 (pooled over conditions) and 15-bin ECE."
-            ),
-            "evid_efficiency": (
-                "EvidentialRAG efficiency vs P1: seconds per query, logical LLM decisions, "
-                "executed passes, peak memory, relative cost (Table 11's form)."
-            ),
-            "evid_lambda_sweep": (
-                "EvidentialRAG fusion rule and lambda sweep at the configured thresholds, from "
-                "stored evaluations (Table 9's form) (%)."
-            ),
-            "evid_tau_sweep": (
-                "EvidentialRAG routing-threshold sweep at the configured lambda, from stored "
-                "evaluations (Table 10's form) (%)."
-            ),
-            "evid_ablation": (
-                "EvidentialRAG ablations without fusion (averaging) and without routing, from "
-                "stored evaluations (Table 12's form) (%)."
-            ),
-        }
-    )
+    TABLE_NAMES += [
+        "evid_results",
+        "evid_efficiency",
+        "evid_lambda_sweep",
+        "evid_tau_sweep",
+        "evid_ablation",
+    ]
 # CDD, CDD-alpha and the baselines (rules/cdd.smk, included before this file).
-TABLES.update(CDD_TABLES)
+TABLE_NAMES += CDD_TABLE_NAMES
+if AUDITED_DATASETS:
+    TABLE_NAMES.append("table6_audit")
 if SEED_VARIANTS:
-    TABLES["table13_seed_sensitivity"] = (
-        "Table 13: seed sensitivity of HwSA (answer rate at Q0 and QC) per policy (%)."
-    )
+    TABLE_NAMES.append("table13_seed_sensitivity")
+TABLES = {name: table_caption(name) for name in TABLE_NAMES}
+
+
+rule audit_hwsa:
+    input:
+        audit=lambda wildcards: config["qc"]["audit_filled"][wildcards.dataset],
+        qc_contexts=f"{RESULTS}/contexts/{{dataset}}/QC.jsonl",
+        decisions=lambda wildcards: [
+            f"{RESULTS}/policies/{model}/{wildcards.dataset}/{condition}/{policy}.jsonl"
+            for model in MODELS
+            for condition in ("Q0", "QC")
+            if condition in GENERATION_CONDITIONS
+            for policy in dataset_policies(wildcards.dataset)
+        ],
+    output:
+        table=f"{RESULTS}/qc/{{dataset}}/audit_hwsa.csv",
+    params:
+        code=library_code("metrics.py", "tables.py", "swaps.py"),
+    log:
+        f"{RESULTS}/logs/audit_hwsa/{{dataset}}.log",
+    conda:
+        GRABRAG_ENV
+    script:
+        "../workflow/scripts/audit_hwsa.py"
 
 
 rule metrics:
@@ -80,6 +86,33 @@ rule metrics:
         "../workflow/scripts/metrics.py"
 
 
+rule abstention_over_datasets:
+    input:
+        decisions=[
+            f"{RESULTS}/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
+            for dataset in DATASETS
+            for model, condition in metric_cells(dataset)
+            for policy in dataset_policies(dataset)
+        ],
+        contexts=[
+            f"{RESULTS}/contexts/{dataset}/{condition}.jsonl"
+            for dataset in DATASETS
+            for condition in GENERATION_CONDITIONS
+        ],
+    output:
+        metrics=f"{RESULTS}/metrics/abstention_over_datasets.csv",
+    params:
+        code=library_code("metrics.py", "evaluate.py", "bootstrap.py"),
+        bootstrap=stable(config["bootstrap"]),
+        seed=config["seed"],
+    log:
+        f"{RESULTS}/logs/metrics/abstention_over_datasets.log",
+    conda:
+        GRABRAG_ENV
+    script:
+        "../workflow/scripts/abstention_over_datasets.py"
+
+
 rule tables:
     input:
         metrics=expand(f"{RESULTS}/metrics/{{dataset}}.csv", dataset=DATASETS),
@@ -94,6 +127,7 @@ rule tables:
             dataset=DATASETS,
         ),
         seed_metrics=expand(f"{RESULTS}/metrics/{{dataset}}.csv", dataset=SEED_VARIANTS),
+        audits=expand(f"{RESULTS}/qc/{{dataset}}/audit_hwsa.csv", dataset=AUDITED_DATASETS),
         evid_sweeps=expand(
             f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv",
             model=MODELS,
@@ -113,7 +147,7 @@ rule tables:
         **{
             name: report(
                 f"{RESULTS}/tables/{name}.csv",
-                caption="../workflow/report/table.rst",
+                caption=f"../workflow/report/tables/{name}.rst",
                 category="Tables",
                 labels={"table": name},
             )

@@ -111,6 +111,14 @@ def test_validation_does_not_modify_its_input(embedded: dict) -> None:
             lambda c: c.update(contexts={"n_passages": 1, "n_gold_q50": 1}),
             "generation.conditions",
         ),
+        (lambda c: c["qc"].update(audit_filled={"nope": "a.csv"}), "qc.audit_filled"),
+        (
+            lambda c: (
+                c["qc"].update(audit_filled={"squad": "a.csv"}),
+                c.update(generation={"conditions": ["Q100", "Q0"]}),
+            ),
+            "qc.audit_filled",
+        ),
     ],
 )
 def test_bad_config_names_the_key(embedded: dict, edit, expected: str) -> None:

@@ -17,6 +17,7 @@ from grabrag.metrics import (
     OVERRIDE,
     Value,
     answer_rate,
+    audit_hwsa,
     aurc,
     aurc_from_levels,
     capability_set,
@@ -87,6 +88,35 @@ def test_hwsa_counts_any_answer_and_not_failed_parses() -> None:
     assert decision_rate(rows, None) == 0.25  # the parse-failed share
     empty = hwsa(rows, set())
     assert math.isnan(empty) and "QC-eligible" in empty.reason
+
+
+def test_audit_hwsa_on_the_clean_subset_with_paired_q0() -> None:
+    qc = [
+        row("q1", "answer", "x"),
+        row("q2", "answer", "y"),
+        row("q3", "abstain"),
+        row("q4", "answer", "z"),
+    ]
+    # q5 is not QC-eligible: its Q0 row must not enter the paired Q0 rate.
+    q0 = [row("q1", "abstain"), row("q2", "answer", "y"), row("q3", "abstain")]
+    q0 += [row("q4", "abstain"), row("q5", "answer", "w")]
+    values = audit_hwsa(qc, q0, ["q1", "q3"])  # q2, q4 rated broken
+    # QC: 3 of 4 answered; clean {q1, q3}: 1 of 2; shift 0.5 - 0.75 = -0.25
+    assert values["qc_all"] == 0.75 and values["qc_all"].n == 4
+    assert values["qc_clean"] == 0.5 and values["qc_clean"].n == 2
+    assert values["shift"] == -0.25
+    # Q0 on the QC questions q1-q4: 1 of 4; on {q1, q3}: 0 of 2
+    assert values["q0_all"] == 0.25 and values["q0_all"].n == 4
+    assert values["q0_clean"] == 0.0 and values["q0_clean"].n == 2
+    # QC - Q0: 0.75 - 0.25 = 0.5 (all), 0.5 - 0 = 0.5 (clean)
+    assert values["delta_all"] == 0.5 and values["delta_clean"] == 0.5
+    none_clean = audit_hwsa(qc, q0, ["q9"])
+    assert math.isnan(none_clean["qc_clean"])
+    assert "fluent/borderline" in none_clean["qc_clean"].reason
+    assert math.isnan(none_clean["shift"]) and none_clean["shift"].reason
+    no_q0 = audit_hwsa(qc, None, ["q1"])
+    assert math.isnan(no_q0["delta_all"]) and "Q0" in no_q0["delta_all"].reason
+    assert no_q0["qc_clean"] == 1.0
 
 
 def test_fac_on_the_capability_set() -> None:

@@ -45,6 +45,7 @@ from grabrag.swaps import (
     locate_answer,
     post_swap_reason,
     read_audit,
+    read_audit_ratings,
     reference_comparison,
     select_replacement,
     span_validity_reason,
@@ -743,6 +744,12 @@ def test_read_audit_returns_fluent_and_borderline(tmp_path: Path) -> None:
         read_audit(path)
     _fill(path, rows, ["fluent", " Borderline ", "broken", "FLUENT"])
     assert read_audit(path) == [rows[0]["qid"], rows[1]["qid"], rows[3]["qid"]]
+    assert read_audit_ratings(path) == {
+        rows[0]["qid"]: "fluent",
+        rows[1]["qid"]: "borderline",
+        rows[2]["qid"]: "broken",
+        rows[3]["qid"]: "fluent",
+    }
 
 
 def test_read_audit_rejects_bad_values_naming_row_and_value(tmp_path: Path) -> None:

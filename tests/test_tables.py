@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
-from grabrag.tables import table_seed_sensitivity
+from grabrag.errors import DataError
+from grabrag.tables import (
+    audit_hwsa_rows,
+    table_audit,
+    table_seed_sensitivity,
+    write_table,
+)
 
 COLUMNS = ("model", "dataset", "policy", "condition", "metric", "value", "ci_low", "ci_high", "n")
 
@@ -189,3 +196,73 @@ def test_evid_efficiency_table() -> None:
     assert list(table["relative cost"]) == ["1.00x", "4.00x"]
     assert list(table["peak memory (MB)"]) == ["n/a", "812"]
     assert list(table["logical LLM decisions"]) == ["1.0", "6.0"]
+
+
+def _decision(qid: str, decision: str) -> dict:
+    return {"qid": qid, "decision": decision, "answer": "x" if decision == "answer" else None}
+
+
+def _audit_decisions() -> dict:
+    answers = {
+        # (policy, condition): decisions of q1..q4
+        ("P1", "QC"): ["answer", "answer", "abstain", "answer"],
+        ("P1", "Q0"): ["abstain", "abstain", "abstain", "answer"],
+        ("P3", "QC"): ["abstain", "answer", "abstain", "abstain"],
+        ("P3", "Q0"): ["abstain", "abstain", "abstain", "abstain"],
+    }
+    return {
+        ("m", policy, condition): [_decision(f"q{k}", d) for k, d in enumerate(ds, start=1)]
+        for (policy, condition), ds in answers.items()
+    }
+
+
+def test_audit_hwsa_rows_and_table_6() -> None:
+    ratings = {"q1": "fluent", "q2": "broken", "q3": "borderline"}
+    frame = audit_hwsa_rows("nq", _audit_decisions(), ratings, ["q1", "q2", "q3", "q4"])
+    by_policy = frame.set_index("policy")
+    # P1: QC 3/4, clean {q1, q3} 1/2; Q0 1/4 and 0/2; deltas +0.5 and +0.5 (sign kept)
+    p1 = by_policy.loc["P1"]
+    assert (p1.n_all, p1.hwsa_qc_all, p1.n_clean, p1.hwsa_qc_clean) == (4, 0.75, 2, 0.5)
+    assert (p1.hwsa_q0_all, p1.hwsa_q0_clean, p1.delta_all, p1.delta_clean) == (0.25, 0, 0.5, 0.5)
+    assert p1["shift"] == -0.25 and bool(p1.sign_preserved)
+    # P3: QC 1/4, clean 0/2; Q0 0 and 0; deltas +0.25 and 0: the sign is not kept
+    p3 = by_policy.loc["P3"]
+    assert (p3.hwsa_qc_all, p3.hwsa_qc_clean, p3.delta_all, p3.delta_clean) == (0.25, 0, 0.25, 0)
+    assert not bool(p3.sign_preserved)
+
+    table = table_audit(frame)
+    assert list(table["Policy"]) == ["P1", "P3", ""]
+    assert table.iloc[0].to_dict() == {
+        "Model": "m",
+        "Dataset": "nq",
+        "Policy": "P1",
+        "n (all)": 4,
+        "HwSA@QC (all)": "75.0",
+        "n (F+B)": 2,
+        "HwSA@QC (F+B)": "50.0",
+        "Shift (pp)": "-25.0",
+        "QC-Q0 (all, pp)": "+50.0",
+        "QC-Q0 (F+B, pp)": "+50.0",
+        "Sign preserved": "yes",
+    }
+    macro = table.iloc[-1]
+    # mean HwSA@QC: (75 + 25) / 2 = 50.0 (all), (50 + 0) / 2 = 25.0 (F+B); shift -25.0
+    assert (macro["Model"], macro["HwSA@QC (all)"], macro["HwSA@QC (F+B)"]) == (
+        "Macro avg",
+        "50.0",
+        "25.0",
+    )
+    assert macro["Shift (pp)"] == "-25.0" and macro["Sign preserved"] == "1 of 2"
+
+
+def test_audit_rows_reject_qids_that_are_not_qc_eligible() -> None:
+    ratings = {"q1": "fluent", "z9": "broken"}
+    with pytest.raises(DataError, match=r"audit\.csv: 1 rated qid.*'nq': z9.*audit_sample\.csv"):
+        audit_hwsa_rows("nq", _audit_decisions(), ratings, ["q1", "q2"], audit_file="audit.csv")
+
+
+def test_markdown_keeps_the_formatted_strings(tmp_path) -> None:
+    table = pd.DataFrame({"Shift (pp)": ["+50.0", "-2.5"], "n": [3, 4]})
+    write_table(table, tmp_path / "t", "Caption.")
+    text = (tmp_path / "t.md").read_text()
+    assert "+50.0" in text and "Caption." in text

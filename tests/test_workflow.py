@@ -316,12 +316,28 @@ def test_filled_audit_recomputes_hwsa_on_the_clean_subset(tiny_run: Path, tmp_pa
     config["qc"]["audit_filled"] = {"nq_bigbench": str(filled)}
     configfile = tmp_path / "audited.yaml"
     configfile.write_text(yaml.safe_dump(config))
-    snakemake(tmp_path, "results/qc/nq_bigbench/audit_hwsa.csv", configfile=configfile)
+    proc = snakemake(tmp_path, "results/tables/table6_audit.csv", configfile=configfile)
+    # Only Table 6's own jobs run on a finished run: nothing upstream of the policies.
+    ran = {m.group(1) for m in re.finditer(r"rule (\w+):", proc.stdout + proc.stderr)}
+    assert ran == {"audit_hwsa", "tables"}, ran
     with (tmp_path / "results/qc/nq_bigbench/audit_hwsa.csv").open(newline="") as handle:
-        table = list(csv.DictReader(handle))
-    assert [r["prompt"] for r in table] == ["P0", "P1", "P2"]
-    assert all(int(r["n_all"]) == len(audit) for r in table)
-    assert all(int(r["n_fluent_or_borderline"]) == len(audit) - 1 for r in table)
+        cells = list(csv.DictReader(handle))
+    # Every policy that ran on the dataset, P0-P4 included (the paper's Table 6).
+    assert [r["policy"] for r in cells][:5] == ["P0", "P1", "P2", "P3", "P4"]
+    qc_rows = read_jsonl(tmp_path / "results/contexts/nq_bigbench/QC.jsonl")
+    assert all(int(r["n_all"]) == len(qc_rows) for r in cells)
+    assert all(int(r["n_clean"]) == len(audit) - 1 for r in cells)
+    for cell in cells:
+        decisions = read_jsonl(
+            tmp_path / f"results/policies/smollm2-135m/nq_bigbench/QC/{cell['policy']}.jsonl"
+        )
+        clean = [d for d in decisions if d["qid"] in {r["qid"] for r in audit[1:]}]
+        expected = sum(d["decision"] == "answer" for d in clean) / len(clean)
+        assert float(cell["hwsa_qc_clean"]) == pytest.approx(expected)
+    table = (tmp_path / "results/tables/table6_audit.md").read_text()
+    assert table.startswith("Table 6:") and "Macro avg" in table
+    assert f"of {len(cells)}" in table  # the preserved-sign count
+    assert (tmp_path / "results/tables/table6_audit.tex").exists()
 
 
 def _copy_run(tiny_run: Path, workdir: Path) -> None:
@@ -419,6 +435,7 @@ TABLE_NAMES = (
 )
 FIGURE_NAMES = (
     "abstention_by_condition",
+    "abstention_by_dataset",
     "p3_sweep",
     "risk_coverage",
     "reliability",
@@ -491,9 +508,10 @@ def test_report_stage_is_incremental(tiny_run: Path, tmp_path: Path) -> None:
     plan = snakemake(tmp_path, "-n", configfile=edited).stdout
     assert planned_jobs(plan) == {
         "metrics": 3,
+        "abstention_over_datasets": 1,
         "cdd_diagnostics": 1,
         "tables": 1,
-        "figure": 6,
+        "figure": 7,
         "all": 1,
     }, plan
     # the plotting code, edited in a copy of the workflow: figures only; touching it
@@ -510,7 +528,7 @@ def test_report_stage_is_incremental(tiny_run: Path, tmp_path: Path) -> None:
     assert planned_jobs(plan) == {}, plan
     plotting.write_text(plotting.read_text() + "\n# an edit of the plotting code\n")
     plan = snakemake(tmp_path, "-n", snakefile=source / "Snakefile").stdout
-    assert planned_jobs(plan) == {"figure": 6, "all": 1}, plan
+    assert planned_jobs(plan) == {"figure": 7, "all": 1}, plan
 
 
 def test_report_html(tiny_run: Path, tmp_path: Path) -> None:
@@ -518,9 +536,20 @@ def test_report_html(tiny_run: Path, tmp_path: Path) -> None:
     snakemake(tmp_path, "--report", str(tmp_path / "report.zip"))
     import zipfile
 
-    names = zipfile.ZipFile(tmp_path / "report.zip").namelist()
-    assert any(n.endswith("abstention_by_condition.png") for n in names)
-    assert any(n.endswith("table1_hwsa.csv") for n in names)
+    archive = zipfile.ZipFile(tmp_path / "report.zip")
+    names = archive.namelist()
+    for figure in FIGURE_NAMES:
+        assert any(n.endswith(f"/{figure}.png") for n in names), figure
+    for table in TABLE_NAMES:
+        assert any(n.endswith(f"/{table}.csv") for n in names), table
+    (page,) = [n for n in names if n.endswith("report.html")]
+    html = archive.read(page).decode()
+    # each table and figure has its own caption, grouped under Tables and Figures
+    assert "Table 1: HwSA at Q0 vs QC on paired QC-eligible questions" in html
+    assert "Table 13: seed sensitivity of HwSA" in html
+    assert "Figure 2: abstention rate by context condition, averaged over the datasets" in html
+    assert '"Tables"' in html and '"Figures"' in html
+    assert "mailto:HwSA" not in html  # HwSA@QC stays text, not an e-mail link
 
 
 def test_qx_condition_pairs_the_gold_passage_with_its_swapped_twin(tiny_run: Path) -> None:

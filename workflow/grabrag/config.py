@@ -92,6 +92,17 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
                     f"config key '{section}.datasets' names dataset '{name}', which is not "
                     f"under 'datasets' (known: {', '.join(sorted(checked['datasets']))})"
                 )
+    for name in checked["qc"]["audit_filled"]:
+        if name not in checked["datasets"]:
+            raise ConfigError(
+                f"config key 'qc.audit_filled' names dataset '{name}', which is not under "
+                f"'datasets' (known: {', '.join(sorted(checked['datasets']))})"
+            )
+    if checked["qc"]["audit_filled"] and "QC" not in checked["generation"]["conditions"]:
+        raise ConfigError(
+            "config key 'qc.audit_filled' is set but 'generation.conditions' has no QC: "
+            "Table 6 recomputes HwSA@QC, so add QC or empty qc.audit_filled"
+        )
     sensitivity = checked.get("seed_sensitivity")
     if sensitivity:
         for key, known in (("model", checked["models"]), ("dataset", checked["datasets"])):

@@ -238,6 +238,40 @@ def hwsa(rows: Sequence[Mapping[str, Any]], qids: Iterable[str] | None = None) -
     )
 
 
+def audit_hwsa(
+    qc_rows: Sequence[Mapping[str, Any]],
+    q0_rows: Sequence[Mapping[str, Any]] | None,
+    clean_qids: Iterable[str],
+) -> dict[str, Value]:
+    """Table 6 (robustness to swap quality): HwSA@QC on every QC row (``qc_all``) and on
+    the questions whose swap an auditor rated fluent or borderline (``qc_clean``), their
+    ``shift`` (clean - all), and the Q0 -> QC delta (QC - Q0) on both sets, with Q0 taken on
+    the same questions (paired): ``q0_all``, ``q0_clean``, ``delta_all``, ``delta_clean``.
+    ``q0_rows`` None (no Q0 cell) leaves the Q0 values NaN with a reason."""
+    clean = set(clean_qids)
+    qc_qids = {r["qid"] for r in qc_rows}
+    out = {"qc_all": hwsa(qc_rows), "qc_clean": hwsa(qc_rows, clean)}
+    if qc_qids and not qc_qids & clean:
+        out["qc_clean"] = Value.undefined("no QC row among the audited fluent/borderline swaps")
+    if q0_rows is None:
+        missing = Value.undefined("no Q0 cell (Q0 is not among generation.conditions)")
+        out["q0_all"] = out["q0_clean"] = missing
+    else:
+        out["q0_all"] = hwsa(q0_rows, qc_qids)
+        out["q0_clean"] = hwsa(q0_rows, qc_qids & clean)
+    for name, (a, b) in {
+        "shift": ("qc_all", "qc_clean"),
+        "delta_all": ("q0_all", "qc_all"),
+        "delta_clean": ("q0_clean", "qc_clean"),
+    }.items():
+        low, high = out[a], out[b]
+        if np.isnan(low) or np.isnan(high):
+            out[name] = Value.undefined(low.reason or high.reason or "undefined", high.n)
+        else:
+            out[name] = Value(float(high) - float(low), high.n)
+    return out
+
+
 def capability_set(
     p1_q100_rows: Sequence[Mapping[str, Any]], gold: Mapping[str, Sequence[str]]
 ) -> set[str]:

@@ -1145,8 +1145,9 @@ def swap_table(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def read_audit(path: str | Path) -> list[str]:
-    """Validate a filled audit CSV; return the qids rated fluent or borderline, in file order.
+def read_audit_ratings(path: str | Path) -> dict[str, str]:
+    """Validate a filled audit CSV; return qid -> rating (fluent, borderline or broken), in
+    file order.
 
     Every row must carry a ``quality`` of fluent, borderline or broken (case and surrounding
     spaces ignored); a blank or other value is a DataError naming the row and the value.
@@ -1159,16 +1160,14 @@ def read_audit(path: str | Path) -> list[str]:
         missing = {"qid", "quality"} - set(reader.fieldnames or [])
         if missing:
             raise DataError(f"{path}: missing column(s) {', '.join(sorted(missing))}")
-        keep: list[str] = []
-        seen: set[str] = set()
+        ratings: dict[str, str] = {}
         for k, row in enumerate(reader, start=1):
             qid = (row.get("qid") or "").strip()
             where = f"{path}: row {k} (qid {qid or '?'})"
             if not qid:
                 raise DataError(f"{path}: row {k} has no qid")
-            if qid in seen:
+            if qid in ratings:
                 raise DataError(f"{where}: qid appears twice")
-            seen.add(qid)
             value = row.get("quality")
             quality = (value or "").strip().lower()
             if quality not in AUDIT_QUALITIES:
@@ -1176,11 +1175,16 @@ def read_audit(path: str | Path) -> list[str]:
                 raise DataError(
                     f"{where}: quality is {shown}; allowed values are {', '.join(AUDIT_QUALITIES)}"
                 )
-            if quality != "broken":
-                keep.append(qid)
-    if not seen:
+            ratings[qid] = quality
+    if not ratings:
         raise DataError(f"{path}: no rated rows")
-    return keep
+    return ratings
+
+
+def read_audit(path: str | Path) -> list[str]:
+    """The qids a filled audit CSV rates fluent or borderline, in file order (validated as
+    :func:`read_audit_ratings`)."""
+    return [qid for qid, quality in read_audit_ratings(path).items() if quality != "broken"]
 
 
 def _type_in_context(text: str, target: str, cache: NerCache) -> str | None:

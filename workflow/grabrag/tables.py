@@ -12,10 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from .errors import DataError
+from .evaluate import policy_sort_key
 from .io import atomic_write
-from .metrics import capability_set, decision_rate
+from .metrics import audit_hwsa, capability_set, decision_rate
 from .policies import SWEEP_CUTOFFS, SWEEP_THRESHOLDS, p3_sweep_decisions
 
 POLICIES = ("P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB")
@@ -292,6 +295,127 @@ def table_seed_sensitivity(
                     "|delta| (pp)": "n/a" if math.isnan(a - b) else f"{100 * abs(a - b):.2f}",
                 }
             )
+    return pd.DataFrame(out)
+
+
+AUDIT_COLUMNS = (
+    "dataset",
+    "model",
+    "policy",
+    "n_all",
+    "hwsa_qc_all",
+    "n_clean",
+    "hwsa_qc_clean",
+    "shift",
+    "hwsa_q0_all",
+    "hwsa_q0_clean",
+    "delta_all",
+    "delta_clean",
+    "sign_preserved",
+)
+
+
+def audit_hwsa_rows(
+    dataset: str,
+    decisions: Mapping[tuple[str, str, str], Sequence[Mapping[str, Any]]],
+    ratings: Mapping[str, str],
+    qc_qids: Sequence[str],
+    audit_file: str | Path = "the audit file",
+) -> pd.DataFrame:
+    """Table 6's numbers for one dataset, one row per model x policy (tidy; rates as
+    fractions): HwSA@QC on every QC-eligible question and on those rated fluent or
+    borderline, the shift, and the Q0 -> QC delta on both sets (Q0 paired on the same
+    questions), with whether the delta keeps its sign.
+
+    ``decisions`` maps (model, policy, condition) -> decision rows for QC (and Q0 when
+    generated). A rated qid that is not QC-eligible here is a DataError: the audit was
+    filled for another dataset, seed or sample.
+    """
+    eligible = set(qc_qids)
+    stray = [qid for qid in ratings if qid not in eligible]
+    if stray:
+        shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
+        raise DataError(
+            f"{audit_file}: {len(stray)} rated qid(s) are not QC-eligible in dataset "
+            f"{dataset!r}: {shown}. Fill in this run's qc/{dataset}/audit_sample.csv (the "
+            "audit must come from the same dataset and construction seed)"
+        )
+    clean = [qid for qid, quality in ratings.items() if quality != "broken"]
+    rows = []
+    for model, policy in sorted({(m, p) for m, p, c in decisions if c == "QC"}):
+        values = audit_hwsa(
+            decisions[(model, policy, "QC")], decisions.get((model, policy, "Q0")), clean
+        )
+        delta_all, delta_clean = float(values["delta_all"]), float(values["delta_clean"])
+        rows.append(
+            {
+                "dataset": dataset,
+                "model": model,
+                "policy": policy,
+                "n_all": values["qc_all"].n,
+                "hwsa_qc_all": float(values["qc_all"]),
+                "n_clean": values["qc_clean"].n,
+                "hwsa_qc_clean": float(values["qc_clean"]),
+                "shift": float(values["shift"]),
+                "hwsa_q0_all": float(values["q0_all"]),
+                "hwsa_q0_clean": float(values["q0_clean"]),
+                "delta_all": delta_all,
+                "delta_clean": delta_clean,
+                # Signs compare as -1 / 0 / +1: a zero delta is not "the same sign" as +x.
+                "sign_preserved": (
+                    None
+                    if math.isnan(delta_all) or math.isnan(delta_clean)
+                    else bool(np.sign(delta_all) == np.sign(delta_clean))
+                ),
+            }
+        )
+    rows.sort(key=lambda r: (r["model"], policy_sort_key(r["policy"])))
+    return pd.DataFrame(rows, columns=list(AUDIT_COLUMNS))
+
+
+def _pp(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{100 * value:+.1f}"
+
+
+def table_audit(audit: pd.DataFrame) -> pd.DataFrame:
+    """Table 6: HwSA@QC on the full QC set vs the audited fluent + borderline subset (F+B)
+    per model, dataset and policy, the shift in pp, the Q0 -> QC delta on both sets and
+    whether its sign is preserved; a macro-average row counts the preserved signs."""
+    out = []
+    for row in audit.itertuples(index=False):
+        preserved = row.sign_preserved
+        out.append(
+            {
+                "Model": row.model,
+                "Dataset": row.dataset,
+                "Policy": row.policy,
+                "n (all)": int(row.n_all),
+                "HwSA@QC (all)": pct(row.hwsa_qc_all),
+                "n (F+B)": int(row.n_clean),
+                "HwSA@QC (F+B)": pct(row.hwsa_qc_clean),
+                "Shift (pp)": _pp(row.shift),
+                "QC-Q0 (all, pp)": _pp(row.delta_all),
+                "QC-Q0 (F+B, pp)": _pp(row.delta_clean),
+                "Sign preserved": "n/a" if pd.isna(preserved) else ("yes" if preserved else "no"),
+            }
+        )
+    if len(audit):
+        known = audit["sign_preserved"].dropna().astype(bool)
+        out.append(
+            {
+                "Model": "Macro avg",
+                "Dataset": "",
+                "Policy": "",
+                "n (all)": "",
+                "HwSA@QC (all)": pct(audit["hwsa_qc_all"].mean()),
+                "n (F+B)": "",
+                "HwSA@QC (F+B)": pct(audit["hwsa_qc_clean"].mean()),
+                "Shift (pp)": _pp(audit["shift"].mean()),
+                "QC-Q0 (all, pp)": _pp(audit["delta_all"].mean()),
+                "QC-Q0 (F+B, pp)": _pp(audit["delta_clean"].mean()),
+                "Sign preserved": f"{int(known.sum())} of {len(known)}",
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -606,7 +730,7 @@ def write_table(table: pd.DataFrame, stem: str | Path, caption: str) -> list[Pat
     with atomic_write(paths[0]) as handle:
         table.to_csv(handle, index=False)
     with atomic_write(paths[1]) as handle:
-        body = table.to_markdown(index=False) if len(table) else "(no rows)"
+        body = table.to_markdown(index=False, disable_numparse=True) if len(table) else "(no rows)"
         handle.write(f"{caption}\n\n{body}\n")
     with atomic_write(paths[2]) as handle:
         handle.write(table.to_latex(index=False, caption=caption, escape=True))

@@ -1,35 +1,34 @@
-"""Rule audit_hwsa (Table 6): HwSA@QC on all swaps and on the swaps a person rated
-fluent or borderline in the filled audit CSV."""
+"""Rule audit_hwsa (Table 6): HwSA@QC per model x policy on all swaps and on the swaps a
+person rated fluent or borderline in the filled audit CSV, with the Q0 -> QC deltas."""
 
 from pathlib import Path
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.io import read_jsonl, write_csv
-from grabrag.metrics import answer_rate
+from grabrag.io import atomic_write, read_jsonl
 from grabrag.runner import log, run_rule
-from grabrag.swaps import read_audit
+from grabrag.swaps import read_audit_ratings
+from grabrag.tables import audit_hwsa_rows
 
 
 def main(smk):
-    keep = set(read_audit(smk.input.audit))
-    rows = []
-    for cell in map(Path, smk.input.cells):
-        generations = read_jsonl(cell)
-        n_all, hwsa_all = answer_rate(generations)
-        n_kept, hwsa_kept = answer_rate(generations, keep)
-        rows.append(
-            {
-                "model": cell.parents[2].name,
-                "prompt": cell.stem,
-                "n_all": n_all,
-                "hwsa_all": round(hwsa_all, 4),
-                "n_fluent_or_borderline": n_kept,
-                "hwsa_fluent_or_borderline": round(hwsa_kept, 4),
-            }
-        )
-    write_csv(smk.output.table, list(rows[0]), rows)
-    log.info("HwSA@QC on %d audited-clean swaps written for %d cells", len(keep), len(rows))
+    ratings = read_audit_ratings(smk.input.audit)
+    qc_qids = [r["qid"] for r in read_jsonl(smk.input.qc_contexts)]
+    decisions = {}
+    for path in map(Path, smk.input.decisions):
+        # results/policies/<model>/<dataset>/<condition>/<policy>.jsonl
+        decisions[(path.parents[2].name, path.stem, path.parent.name)] = read_jsonl(path)
+    frame = audit_hwsa_rows(
+        smk.wildcards.dataset, decisions, ratings, qc_qids, audit_file=smk.input.audit
+    )
+    with atomic_write(smk.output.table) as handle:
+        frame.to_csv(handle, index=False)
+    log.info(
+        "HwSA@QC on %d audited fluent/borderline swaps of %d rated, %d cells",
+        sum(q != "broken" for q in ratings.values()),
+        len(ratings),
+        len(frame),
+    )
 
 
 run_rule(snakemake, main)  # noqa: F821

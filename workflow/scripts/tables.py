@@ -73,6 +73,9 @@ def main(smk):
         ),
         "selection_bias": lambda: t.table_selection_bias(metrics),
         "parse_failures": lambda: t.table_parse_failures([read_json(p) for p in smk.input.reports]),
+        "table6_audit": lambda: t.table_audit(
+            pd.concat([pd.read_csv(p) for p in smk.input.audits], ignore_index=True)
+        ),
         "table13_seed_sensitivity": lambda: _seed_sensitivity(smk, metrics),
         "hwsa_conditions": lambda: t.table_hwsa_conditions(metrics),
         "evid_results": lambda: t.table_evid_results(metrics),
