@@ -248,11 +248,18 @@ def test_audit_hwsa_rows_and_table_6() -> None:
     macro = table.iloc[-1]
     # mean HwSA@QC: (75 + 25) / 2 = 50.0 (all), (50 + 0) / 2 = 25.0 (F+B); shift -25.0
     assert (macro["Model"], macro["HwSA@QC (all)"], macro["HwSA@QC (F+B)"]) == (
-        "Macro avg",
+        "Macro avg (P0-P4)",
         "50.0",
         "25.0",
     )
     assert macro["Shift (pp)"] == "-25.0" and macro["Sign preserved"] == "1 of 2"
+    # Another policy gets its row but does not enter the paper's macro average.
+    decisions = _audit_decisions()
+    decisions[("m", "CDD", "QC")] = [_decision(f"q{k}", "abstain") for k in range(1, 5)]
+    with_cdd = table_audit(audit_hwsa_rows("nq", decisions, ratings, ["q1", "q2", "q3", "q4"]))
+    assert list(with_cdd["Policy"]) == ["P1", "P3", "CDD", ""]
+    assert with_cdd.iloc[-1].to_dict() == macro.to_dict()
+    assert with_cdd.iloc[2]["QC-Q0 (all, pp)"] == "n/a"  # no Q0 cell for CDD here
 
 
 def test_audit_rows_reject_qids_that_are_not_qc_eligible() -> None:

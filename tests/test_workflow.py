@@ -335,8 +335,8 @@ def test_filled_audit_recomputes_hwsa_on_the_clean_subset(tiny_run: Path, tmp_pa
         expected = sum(d["decision"] == "answer" for d in clean) / len(clean)
         assert float(cell["hwsa_qc_clean"]) == pytest.approx(expected)
     table = (tmp_path / "results/tables/table6_audit.md").read_text()
-    assert table.startswith("Table 6:") and "Macro avg" in table
-    assert f"of {len(cells)}" in table  # the preserved-sign count
+    assert table.startswith("Table 6:") and "Macro avg (P0-P4)" in table
+    assert "of 5 " in table  # preserved signs over the P0-P4 cells (one model x dataset)
     assert (tmp_path / "results/tables/table6_audit.tex").exists()
 
 

@@ -380,7 +380,8 @@ def _pp(value: float) -> str:
 def table_audit(audit: pd.DataFrame) -> pd.DataFrame:
     """Table 6: HwSA@QC on the full QC set vs the audited fluent + borderline subset (F+B)
     per model, dataset and policy, the shift in pp, the Q0 -> QC delta on both sets and
-    whether its sign is preserved; a macro-average row counts the preserved signs."""
+    whether its sign is preserved; a macro-average row (over P0-P4 when present, as the
+    paper) counts the preserved signs."""
     out = []
     for row in audit.itertuples(index=False):
         preserved = row.sign_preserved
@@ -399,20 +400,24 @@ def table_audit(audit: pd.DataFrame) -> pd.DataFrame:
                 "Sign preserved": "n/a" if pd.isna(preserved) else ("yes" if preserved else "no"),
             }
         )
-    if len(audit):
-        known = audit["sign_preserved"].dropna().astype(bool)
+    # The macro row pools the paper's policies (its "30 cells" are 3 models x 2 datasets
+    # x P0-P4), so adding EVID or the CDD family does not move it; all policies otherwise.
+    paper = audit[audit["policy"].isin(PAPER_POLICIES)]
+    pooled, label = (paper, "Macro avg (P0-P4)") if len(paper) else (audit, "Macro avg")
+    if len(pooled):
+        known = pooled["sign_preserved"].dropna().astype(bool)
         out.append(
             {
-                "Model": "Macro avg",
+                "Model": label,
                 "Dataset": "",
                 "Policy": "",
                 "n (all)": "",
-                "HwSA@QC (all)": pct(audit["hwsa_qc_all"].mean()),
+                "HwSA@QC (all)": pct(pooled["hwsa_qc_all"].mean()),
                 "n (F+B)": "",
-                "HwSA@QC (F+B)": pct(audit["hwsa_qc_clean"].mean()),
-                "Shift (pp)": _pp(audit["shift"].mean()),
-                "QC-Q0 (all, pp)": _pp(audit["delta_all"].mean()),
-                "QC-Q0 (F+B, pp)": _pp(audit["delta_clean"].mean()),
+                "HwSA@QC (F+B)": pct(pooled["hwsa_qc_clean"].mean()),
+                "Shift (pp)": _pp(pooled["shift"].mean()),
+                "QC-Q0 (all, pp)": _pp(pooled["delta_all"].mean()),
+                "QC-Q0 (F+B, pp)": _pp(pooled["delta_clean"].mean()),
                 "Sign preserved": f"{int(known.sum())} of {len(known)}",
             }
         )
