@@ -1,6 +1,8 @@
 # GRAB-RAG: abstention under missing and misleading retrieved evidence.
 # This file only validates the config and includes the stages; see README.md.
 
+import os
+
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -12,9 +14,11 @@ report: "workflow/report/workflow.rst"
 # config.yaml is the embedded default. A config given with --configfile replaces it
 # whole instead of being merged into it, so config/paper.yaml runs only the paper's
 # models and datasets.
+# The path is the workflow's own: with --directory elsewhere, a relative "config.yaml"
+# would be looked up there, missed, and the schema defaults run instead.
 if not workflow.overwrite_configfiles:
 
-    configfile: "config.yaml"
+    configfile: os.path.join(workflow.basedir, "config.yaml")
 
 
 include: "rules/common.smk"

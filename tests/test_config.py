@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import yaml
@@ -145,3 +146,25 @@ def test_broken_yaml_names_the_file(tmp_path) -> None:
     bad.write_text("seed: [1,\n")
     with pytest.raises(ConfigError, match="bad.yaml"):
         load_config(str(bad))
+
+
+def test_embedded_config_is_used_from_another_working_directory(tmp_path) -> None:
+    """`snakemake --directory elsewhere` plans the embedded config.yaml, not the schema's
+    defaults (a relative configfile would be looked up in the working directory)."""
+    import subprocess
+    import sys
+
+    embedded = yaml.safe_load((REPO / "config.yaml").read_text())
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--directory", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert "not present or accessible" not in out
+    # one generate_closed_book job per embedded model x dataset
+    n_cells = len(embedded["models"]) * len(embedded["datasets"])
+    assert re.search(rf"generate_closed_book\s+{n_cells}\b", out), out[-3000:]
