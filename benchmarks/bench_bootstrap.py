@@ -1,6 +1,6 @@
 """Time every metric and bootstrap CI of a paper-sized config (issue: metrics).
 
-Synthetic decision and context rows of the paper's size: 3 models x 2 datasets x 5
+Synthetic decision and context rows of the paper's size: 3 models x 2 datasets x 5 (or 13)
 policies x 4 conditions (Q100, Q50, Q0, QC), 500 questions per dataset, 202 and 330
 QC-eligible (the paper's NQ and HotpotQA counts), 10,000 resamples. Times
 ``grabrag.evaluate.evaluate`` end to end: scoring every row, the resample matrices, and
@@ -15,6 +15,7 @@ handful of values small LLMs report (0, 50, 60, 70, 80, 85, 90, 95, 100);
 BLAS threads are capped at ``--threads`` (default 2) before numpy loads.
 
 Usage: python benchmarks/bench_bootstrap.py [--confidence llm|uniform] [--threads 2]
+       [--policies 5|13]
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=500)
     parser.add_argument("--resamples", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--policies",
+        type=int,
+        default=5,
+        help="5: P0-P4 (the paper); 13: with EVID, EVID_CB, the CDD family and baselines",
+    )
     args = parser.parse_args()
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)
@@ -50,7 +57,10 @@ def main() -> None:
     )
     eligible_counts = {"nq": 202, "hotpotqa": 330}
     models = ("phi", "llama", "qwen")
-    policies = ("P0", "P1", "P2", "P3", "P4")
+    policies = (
+        "P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB",
+        "CDD", "CDD_ALPHA", "CAI", "SHAM", "REFLECT", "FILTER",
+    )[: args.policies]  # fmt: skip
     contexts: dict = {}
     decisions: dict = {}
     for dataset, n_eligible in eligible_counts.items():
