@@ -19,6 +19,8 @@ from grabrag.evaluate import (
     evaluate_dataset,
     load_cell_rows,
     load_context_rows,
+    read_context_files,
+    read_decision_files,
     to_frame,
 )
 
@@ -478,6 +480,9 @@ def test_loading_and_frame(tmp_path) -> None:
     assert list(frame.columns) == list(COLUMNS) and len(frame) == len(rows)
     with pytest.raises(DataError, match="not found"):
         load_cell_rows(tmp_path, "m", "ds", "QC", "P1")
+    # the rules' readers key the files by their paths
+    assert read_decision_files([str(cell)]) == {("m", "ds", "Q0", "P1"): P1["Q0"]}
+    assert read_context_files([ctx]) == {("ds", "Q0"): contexts()[("ds", "Q0")]}
 
 
 def test_abstention_over_datasets_averages_points_and_resamples() -> None:

@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +157,24 @@ def load_context_rows(
 ) -> list[dict[str, Any]]:
     """Context rows: ``<results_dir>/contexts/<dataset>/<condition>.jsonl``."""
     return read_jsonl(Path(results_dir) / "contexts" / dataset / f"{condition}.jsonl")
+
+
+def read_decision_files(paths: Iterable[str | Path]) -> dict[CellKey, list[dict[str, Any]]]:
+    """Decision rows keyed (model, dataset, condition, policy), read from policy files
+    named ``.../policies/<model>/<dataset>/<condition>/<policy>.jsonl``."""
+    cells: dict[CellKey, list[dict[str, Any]]] = {}
+    for path in map(Path, paths):
+        key = (path.parents[2].name, path.parents[1].name, path.parent.name, path.stem)
+        cells[key] = read_jsonl(path)
+    return cells
+
+
+def read_context_files(
+    paths: Iterable[str | Path],
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Context rows keyed (dataset, condition), read from files named
+    ``.../contexts/<dataset>/<condition>.jsonl``."""
+    return {(Path(p).parent.name, Path(p).stem): read_jsonl(p) for p in paths}
 
 
 def to_frame(rows: Sequence[Mapping[str, Any]]):  # -> pandas.DataFrame
@@ -688,9 +706,6 @@ def evaluate(
             )
         )
     return out
-
-
-OVER_DATASETS_REASON = "no dataset has rows in this cell"
 
 
 def abstention_over_datasets(

@@ -1,25 +1,23 @@
 """Rule abstention_over_datasets: Figure 2's abstention rates averaged over the datasets,
 with bootstrap CIs from each dataset's own resamples (tidy CSV)."""
 
-from pathlib import Path
-
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.evaluate import abstention_over_datasets, to_frame
-from grabrag.io import atomic_write, read_jsonl
+from grabrag.evaluate import (
+    abstention_over_datasets,
+    read_context_files,
+    read_decision_files,
+    to_frame,
+)
+from grabrag.io import atomic_write
 from grabrag.runner import log, run_rule
 
 
 def main(smk):
-    decisions = {}
-    for path in map(Path, smk.input.decisions):
-        # results/policies/<model>/<dataset>/<condition>/<policy>.jsonl
-        key = (path.parents[2].name, path.parents[1].name, path.parent.name, path.stem)
-        decisions[key] = read_jsonl(path)
-    contexts = {(Path(p).parent.name, Path(p).stem): read_jsonl(p) for p in smk.input.contexts}
+    decisions = read_decision_files(smk.input.decisions)
     rows = abstention_over_datasets(
         decisions,
-        contexts,
+        read_context_files(smk.input.contexts),
         n_resamples=smk.params.bootstrap["n_resamples"],
         seed=smk.params.seed,
         confidence_level=smk.params.bootstrap["confidence_level"],

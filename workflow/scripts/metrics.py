@@ -1,24 +1,16 @@
 """Rule metrics: every metric of one dataset with paired bootstrap CIs (tidy CSV)."""
 
-from pathlib import Path
-
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.evaluate import evaluate_dataset, to_frame
-from grabrag.io import atomic_write, read_jsonl
+from grabrag.evaluate import evaluate, read_context_files, read_decision_files, to_frame
+from grabrag.io import atomic_write
 from grabrag.runner import log, run_rule
 
 
 def main(smk):
-    decisions = {}
-    for path in map(Path, smk.input.decisions):
-        # results/policies/<model>/<dataset>/<condition>/<policy>.jsonl
-        decisions[(path.parents[2].name, path.parent.name, path.stem)] = read_jsonl(path)
-    contexts = {Path(p).stem: read_jsonl(p) for p in smk.input.contexts}
-    rows = evaluate_dataset(
-        smk.wildcards.dataset,
-        decisions,
-        contexts,
+    rows = evaluate(
+        read_decision_files(smk.input.decisions),
+        read_context_files(smk.input.contexts),
         n_resamples=smk.params.bootstrap["n_resamples"],
         seed=smk.params.seed,
         confidence_level=smk.params.bootstrap["confidence_level"],
