@@ -19,7 +19,7 @@ from grabrag.generation import (
     read_checkpoint,
     run_cells,
 )
-from grabrag.io import read_jsonl
+from grabrag.io import read_checkpoint_rows, read_jsonl
 from grabrag.prompts import GBNF_GRAMMAR, messages_for
 
 from .conftest import RESOURCES, snakemake
@@ -63,6 +63,21 @@ def test_a_torn_checkpoint_line_is_ignored(tmp_path: Path) -> None:
     checkpoint = tmp_path / "c.jsonl"
     checkpoint.write_text(json.dumps({"qid": "a", "prompt": "P0"}) + '\n{"qid": "a", "pro')
     assert list(read_checkpoint(checkpoint)) == [("a", "P0")]
+    # the torn tail is cut from the file, so the next appended row starts on its own line
+    assert checkpoint.read_text() == json.dumps({"qid": "a", "prompt": "P0"}) + "\n"
+
+
+def test_checkpoint_rows_drop_an_unterminated_last_row_and_filtered_rows(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "c.jsonl"
+    first = json.dumps({"qid": "a", "run": 1})
+    other = json.dumps({"qid": "b", "run": 2})
+    # the last row is complete JSON but its newline was never written: it is torn too
+    checkpoint.write_text(f"{first}\n{other}\n" + json.dumps({"qid": "c", "run": 1}))
+    rows = read_checkpoint_rows(checkpoint, keep=lambda row: row["run"] == 1)
+    assert rows == {("a",): {"qid": "a", "run": 1}}
+    assert checkpoint.read_text() == first + "\n"
+    assert read_checkpoint_rows(tmp_path / "none.jsonl") == {}
+    assert not (tmp_path / "none.jsonl").exists()
 
 
 def _rows(n: int) -> list[dict]:

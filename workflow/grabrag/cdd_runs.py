@@ -68,7 +68,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -88,7 +87,7 @@ from .bootstrap import (
 )
 from .errors import DataError
 from .generation import PARSE_FAILED as GENERATION_FAILED
-from .io import append_checkpoint_row
+from .io import append_checkpoint_row, read_checkpoint_rows
 
 # --- names ----------------------------------------------------------------------------
 
@@ -266,27 +265,13 @@ _FINGERPRINT = "_fingerprint"
 
 
 def read_trace_checkpoint(path: Path, fingerprint: str) -> dict[str, dict[str, Any]]:
-    """Finished questions of a checkpoint (qid -> row) and rewrite it with only those: a
-    torn last line (killed mid-write) and rows written under other settings (another
-    ``fingerprint``) are dropped, so appending after them stays valid JSONL."""
-    done: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return done
-    kept = []
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                break
-            if not line.endswith("\n") or row.get(_FINGERPRINT) != fingerprint:
-                continue
-            done[row["qid"]] = {k: v for k, v in row.items() if k != _FINGERPRINT}
-            kept.append(line)
-    partial = path.with_name(path.name + ".tmp")
-    partial.write_text("".join(kept), encoding="utf-8")
-    os.replace(partial, path)
-    return done
+    """Finished questions of a checkpoint (qid -> row), by the shared reader: a torn last
+    line is dropped, and so are rows written under other settings (another
+    ``fingerprint``); the file keeps only the rows returned."""
+    rows = read_checkpoint_rows(path, keep=lambda row: row.get(_FINGERPRINT) == fingerprint)
+    return {
+        qid: {k: v for k, v in row.items() if k != _FINGERPRINT} for (qid,), row in rows.items()
+    }
 
 
 def run_traces(

@@ -10,7 +10,7 @@ import csv
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -102,21 +102,38 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
 
 def read_checkpoint_rows(
-    path: str | os.PathLike[str], key: Sequence[str] = ("qid",)
+    path: str | os.PathLike[str],
+    key: Sequence[str] = ("qid",),
+    keep: Callable[[dict[str, Any]], bool] | None = None,
 ) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """Finished rows of a job's checkpoint, keyed by the ``key`` columns. Reading stops at a
-    torn line (a job killed mid-write), so the rows after it are redone."""
+    """Finished rows of a job's checkpoint, keyed by the ``key`` columns, and the file
+    rewritten with only those rows.
+
+    Reading stops at a torn line (a job killed mid-write: not JSON, or no final newline),
+    so the rows from there on are redone; rows ``keep`` rejects (e.g. written under other
+    settings) are dropped. The rewrite matters: appending after a torn tail would glue the
+    next row onto it.
+    """
     done: dict[tuple[Any, ...], dict[str, Any]] = {}
     path = Path(path)
     if not path.exists():
         return done
+    kept: list[str] = []
     with path.open(encoding="utf-8") as handle:
         for line in handle:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 break
+            if not line.endswith("\n"):
+                break
+            if keep is not None and not keep(row):
+                continue
             done[tuple(row[k] for k in key)] = row
+            kept.append(line)
+    partial = path.with_name(path.name + ".tmp")
+    partial.write_text("".join(kept), encoding="utf-8")
+    os.replace(partial, path)
     return done
 
 
