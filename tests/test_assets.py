@@ -142,6 +142,7 @@ def offline_pip(
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_CACHE_DIR", str(tmp_path / "pip-cache"))
     monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+    monkeypatch.setenv("GRABRAG_CACHE", str(tmp_path / "grabrag-cache"))
     for var in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_REQUIRE_VIRTUALENV"):
         monkeypatch.delenv(var, raising=False)
     return containers
@@ -235,6 +236,29 @@ def test_pypi_file_member_from_wheel(
     assert data["sha256"] == _sha(expected)
     assert data["path"] == "files/weights.bin"  # relative: the resources folder can move
     _assert_no_container(home)
+
+
+def test_pypi_container_is_downloaded_once_per_machine(
+    offline_pip: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    member = "grabrag_fixture_pkg/data/weights.bin"
+    spec = _wheel_spec(offline_pip, member)
+    caplog.set_level("INFO", logger="grabrag")
+    materialise("weights", spec, manifest_path(str(tmp_path / "checkout1"), "weights"))
+    assert "downloaded grabrag_fixture_pkg" in caplog.text and "MB/s" in caplog.text
+    cached = tmp_path / "grabrag-cache" / "pypi" / offline_pip["wheel_sha"] / WHEEL_NAME
+    assert assets.sha256_file(cached) == offline_pip["wheel_sha"]
+    # A second checkout: no index at all, the container comes from the cache.
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "nowhere"))
+    caplog.clear()
+    second = materialise("weights", spec, manifest_path(str(tmp_path / "checkout2"), "weights"))
+    assert second.read_bytes() == WHEEL_FILES[member]
+    assert "from the download cache" in caplog.text
+    # A corrupt cached container is not trusted: it is downloaded again (and fails here,
+    # with no index, naming the package).
+    cached.write_bytes(b"corrupt")
+    with pytest.raises(AssetError, match="pip download --no-deps"):
+        materialise("weights", spec, manifest_path(str(tmp_path / "checkout3"), "weights"))
 
 
 def test_pypi_file_member_without_expected_sha_still_records_it(

@@ -17,11 +17,15 @@ Failures raise AssetError naming the asset and leave no manifest and no partial 
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
+import time
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,6 +35,19 @@ from .errors import AssetError
 from .io import read_json, write_json
 
 MANIFEST = "manifest.json"
+log = logging.getLogger("grabrag")
+# Seconds between "still downloading" lines.
+HEARTBEAT_SECONDS = 15.0
+
+
+def cache_dir() -> Path:
+    """The machine-wide download cache: ``$GRABRAG_CACHE``, else ``$XDG_CACHE_HOME/grabrag``,
+    else ``~/.cache/grabrag``. PyPI containers are kept there under their sha256, so every
+    checkout (and the tests) downloads each one once."""
+    if os.environ.get("GRABRAG_CACHE"):
+        return Path(os.environ["GRABRAG_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
+    return Path(base).expanduser() / "grabrag"
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -84,7 +101,26 @@ def _pip_download(name: str, requirement: str, dest: Path) -> Path:
         str(dest),
         requirement,
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    log.info("asset '%s': downloading %s from the package index", name, requirement)
+    started = time.perf_counter()
+    finished = threading.Event()
+
+    def heartbeat() -> None:
+        while not finished.wait(HEARTBEAT_SECONDS):
+            log.info(
+                "asset '%s': still downloading %s (%.0f s)",
+                name,
+                requirement,
+                time.perf_counter() - started,
+            )
+
+    beat = threading.Thread(target=heartbeat, daemon=True)
+    beat.start()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    finally:
+        finished.set()
+        beat.join()
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
         raise AssetError(
@@ -96,7 +132,45 @@ def _pip_download(name: str, requirement: str, dest: Path) -> Path:
         raise AssetError(
             f"asset '{name}': expected one downloaded file, got {[p.name for p in files]}"
         )
+    seconds = time.perf_counter() - started
+    size = files[0].stat().st_size
+    log.info(
+        "asset '%s': downloaded %s, %.1f MB in %.1f s (%.1f MB/s)",
+        name,
+        files[0].name,
+        size / 1e6,
+        seconds,
+        size / 1e6 / seconds if seconds else float("nan"),
+    )
     return files[0]
+
+
+def _cached_container(name: str, spec: Mapping[str, Any], work: Path) -> Path:
+    """The checksummed PyPI container, from the download cache or downloaded into it.
+
+    The cache is an optimisation: a cache folder that cannot be written (read-only home)
+    costs a download, never a failure."""
+    expected = spec["container_sha256"]
+    slot = cache_dir() / "pypi" / expected
+    cached = [p for p in slot.iterdir() if p.is_file()] if slot.is_dir() else []
+    if len(cached) == 1 and sha256_file(cached[0]) == expected:
+        log.info("asset '%s': %s from the download cache %s", name, cached[0].name, slot)
+        return cached[0]
+    download = work / "download"
+    download.mkdir()
+    container = _pip_download(name, spec["pypi"], download)
+    _check_sha(name, container, expected, "container")
+    try:
+        slot.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{expected[:12]}-", dir=slot.parent))
+        shutil.copy2(container, staging / container.name)
+        if slot.exists():
+            shutil.rmtree(slot)
+        staging.rename(slot)
+        return slot / container.name
+    except OSError as error:
+        log.warning("asset '%s': download cache %s not written: %s", name, slot, error)
+        return container
 
 
 def _extract_member(name: str, container: Path, member: str, out_dir: Path) -> Path:
@@ -152,14 +226,10 @@ def _extract_member(name: str, container: Path, member: str, out_dir: Path) -> P
 
 
 def _from_pypi(name: str, spec: Mapping[str, Any], work: Path) -> tuple[Path, dict[str, Any]]:
-    download = work / "download"
-    download.mkdir()
-    container = _pip_download(name, spec["pypi"], download)
-    _check_sha(name, container, spec["container_sha256"], "container")
+    container = _cached_container(name, spec, work)
     content = work / "files"
     content.mkdir()
     target = _extract_member(name, container, spec["member"], content)
-    container.unlink()  # the container can be large (hundreds of MB); the member is what we keep
     info: dict[str, Any] = {
         "source": "pypi",
         "requirement": spec["pypi"],

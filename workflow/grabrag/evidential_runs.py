@@ -40,8 +40,9 @@ import numpy as np
 from . import evidential as E
 from . import metrics as M
 from .errors import DataError
-from .generation import PARSE_FAILED, Progress, parse_output
+from .generation import PARSE_FAILED, parse_output
 from .io import append_checkpoint_row, read_checkpoint_rows
+from .progress import Progress
 
 EVID, EVID_CB = "EVID", "EVID_CB"
 VARIANTS = (EVID, EVID_CB)
@@ -173,8 +174,7 @@ def run_evaluations(
             k = len(row["passages"])
             if (row["qid"],) in done:
                 if progress:
-                    for position in range(1, k + 1):
-                        progress.step(f"{row['qid']} passage {position} (from checkpoint)")
+                    progress.skip(f"{row['qid']} passages 1-{k}", n=k)
                 continue
             reset()
             out = evaluate_question(_stepping(complete, progress, row["qid"]), row, max_tokens)
@@ -400,8 +400,7 @@ def run_generation(
                 if progress:
                     progress.step(f"{qid} {variant} ({state['route']})")
             if not pending and progress:
-                for variant in variants:
-                    progress.step(f"{qid} {variant} (from checkpoint)")
+                progress.skip(f"{qid} {', '.join(variants)}", n=len(variants))
     return {v: [done[(row["qid"], v)] for row in context_rows] for v in variants}
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from .errors import GrabragError
 from .greedy_grammar import install as install_argmax_first_grammar
 from .io import append_checkpoint_row, read_checkpoint_rows
+from .progress import Progress
 from .prompts import GBNF_GRAMMAR, messages_for
 
 PARSE_OK, PARSE_REPAIRED, PARSE_FAILED = "ok", "repaired", "failed"
@@ -237,32 +238,6 @@ def read_checkpoint(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
     return read_checkpoint_rows(path, ("qid", "prompt"))  # type: ignore[return-value]
 
 
-@dataclass
-class Progress:
-    """A plain-text progress line with rate and ETA, for rule logs."""
-
-    total: int
-    log: Callable[[str], None]
-    every: int = 1
-    started: float = 0.0
-    done: int = 0
-
-    def __post_init__(self) -> None:
-        self.started = time.perf_counter()
-
-    def step(self, label: str) -> None:
-        self.done += 1
-        if self.done % self.every and self.done != self.total:
-            return
-        elapsed = time.perf_counter() - self.started
-        rate = self.done / elapsed if elapsed else 0.0
-        eta = (self.total - self.done) / rate if rate else float("nan")
-        self.log(
-            f"[{self.done}/{self.total}] {100 * self.done / self.total:5.1f}% "
-            f"{rate:.2f} calls/s, ETA {eta:.0f} s ({label})"
-        )
-
-
 def run_cells(
     complete: Completer,
     reset: Callable[[], None],
@@ -299,8 +274,7 @@ def run_cells(
                 if progress:
                     progress.step(f"{row['qid']} {prompt}")
             if not pending and progress:
-                for prompt in prompts:
-                    progress.step(f"{row['qid']} {prompt} (from checkpoint)")
+                progress.skip(f"{row['qid']} {', '.join(prompts)}", n=len(prompts))
     return {p: [done[(row["qid"], p)] for row in context_rows] for p in prompts}
 
 

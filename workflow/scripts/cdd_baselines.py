@@ -7,8 +7,9 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 
 from grabrag.assets import resolve
 from grabrag.cdd import baseline_messages
-from grabrag.generation import LlamaGenerator, Progress, cell_report, run_cells, settings_from
+from grabrag.generation import LlamaGenerator, cell_report, run_cells, settings_from
 from grabrag.io import read_jsonl, write_jsonl
+from grabrag.progress import Progress
 from grabrag.runner import log, run_rule
 
 

@@ -14,8 +14,9 @@ from grabrag.evidential_runs import (
     preflight_messages,
     run_evaluations,
 )
-from grabrag.generation import GenerationSettings, LlamaGenerator, Progress, settings_from
+from grabrag.generation import GenerationSettings, LlamaGenerator, settings_from
 from grabrag.io import read_jsonl, write_json, write_jsonl
+from grabrag.progress import Progress
 from grabrag.runner import log, run_rule
 
 

@@ -13,8 +13,9 @@ from grabrag.evidential_runs import (
     peak_memory_mb,
     run_generation,
 )
-from grabrag.generation import LlamaGenerator, Progress, settings_from
+from grabrag.generation import LlamaGenerator, settings_from
 from grabrag.io import read_jsonl, write_json, write_jsonl
+from grabrag.progress import Progress
 from grabrag.runner import log, run_rule
 
 

@@ -5,8 +5,9 @@ from pathlib import Path
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
 from grabrag.assets import resolve
-from grabrag.generation import LlamaGenerator, Progress, run_cells, settings_from
+from grabrag.generation import LlamaGenerator, run_cells, settings_from
 from grabrag.io import read_jsonl, write_jsonl
+from grabrag.progress import Progress
 from grabrag.prompts import messages_for
 from grabrag.runner import log, run_rule
 
