@@ -68,6 +68,15 @@ if config["seed_sensitivity"]:
 SEED_VARIANT_CONDITIONS = [c for c in ("Q0", "QC") if c in GENERATION_CONDITIONS]
 
 
+def p3_sweep_qc_input(wildcards):
+    """P1 at QC for the P3 sweep's HwSA column, when the config has a QC condition."""
+    if "QC" not in GENERATION_CONDITIONS:
+        return {}
+    return {
+        "p1_qc": f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/QC/P1.jsonl"
+    }
+
+
 def _alternatives(names):
     return "|".join(re.escape(n) for n in sorted(names))
 

@@ -47,8 +47,8 @@ rule policy:
 
 rule p3_sweep:
     input:
+        unpack(p3_sweep_qc_input),
         p1_q100=f"{RESULTS}/generation/{{model}}/{{dataset}}/Q100/P1.jsonl",
-        p1_qc=f"{RESULTS}/generation/{{model}}/{{dataset}}/QC/P1.jsonl",
         cb=f"{RESULTS}/generation/{{model}}/{{dataset}}/Qclosed/CB.jsonl",
         p1_decisions=f"{RESULTS}/policies/{{model}}/{{dataset}}/Q100/P1.jsonl",
         q100=f"{RESULTS}/contexts/{{dataset}}/Q100.jsonl",

@@ -5,20 +5,66 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "config" / "tiny.yaml"
 # Assets are shared with the main run so a test session never downloads twice.
 RESOURCES = Path(os.environ.get("GRABRAG_RESOURCES", REPO / "resources")).resolve()
+# The tiny config's model: tests/micro_model.py, built from the real SmolLM2 GGUF.
+MICRO_ASSET = "micro-smollm2"
+REAL_MODEL_ASSET = "smollm2-135m-instruct-q4_1"
+_micro_ready = False
+
+
+def ensure_micro_model() -> Path:
+    """Build the tiny config's micro model where the config expects it, once; its bytes
+    must match the sha256 pinned in the config (the builder is deterministic)."""
+    global _micro_ready
+    from grabrag.assets import resolve, sha256_file
+
+    spec = yaml.safe_load(TINY.read_text())["assets"][MICRO_ASSET]
+    target = Path(spec["path"]).expanduser()
+    if _micro_ready or (target.is_file() and sha256_file(target) == spec["sha256"]):
+        _micro_ready = True
+        return target
+    from .micro_model import build_micro_gguf
+
+    real = RESOURCES / REAL_MODEL_ASSET / "manifest.json"
+    if not real.exists():
+        fetch = subprocess.run(
+            _command(Path(tempfile.mkdtemp(prefix="grabrag-fetch-")), str(real)),
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
+        assert fetch.returncode == 0, fetch.stdout[-3000:] + fetch.stderr[-3000:]
+    build_micro_gguf(resolve(real), target)
+    built = sha256_file(target)
+    assert built == spec["sha256"], (
+        f"the micro model built from {resolve(real)} has sha256 {built}, the tiny config pins "
+        f"{spec['sha256']}: tests/micro_model.py changed; update the pin in {TINY}"
+    )
+    _micro_ready = True
+    return target
 
 
 def snakemake_command(
     workdir: Path, *args: str, configfile: Path = TINY, snakefile: Path = REPO / "Snakefile"
 ) -> list[str]:
     """The real workflow in ``workdir`` with the tiny config and the shared resources."""
+    if "-n" not in args and "--lint" not in args:
+        ensure_micro_model()
+    return _command(workdir, *args, configfile=configfile, snakefile=snakefile)
+
+
+def _command(
+    workdir: Path, *args: str, configfile: Path = TINY, snakefile: Path = REPO / "Snakefile"
+) -> list[str]:
     return [
         sys.executable,
         "-m",

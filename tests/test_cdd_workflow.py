@@ -29,7 +29,7 @@ from grabrag.io import read_jsonl
 from .conftest import REPO, snakemake, snakemake_command
 
 pytestmark = pytest.mark.integration
-MODEL = "smollm2-135m"
+MODEL = "micro"
 # tests/config/tiny.yaml runs CDD and the baselines on nq_bigbench only (CI time).
 DATASETS = ("nq_bigbench",)
 CONDITIONS = ("Q100", "Q50", "Q0", "QC", "QX")

@@ -302,7 +302,7 @@ def test_tiny_config_on_slurm_equals_the_local_run(
     }
     assert len(local_squad) > 60 and set(compared) == local_squad
     assert [name for name in compared if local[name] != on_slurm[name]] == []
-    squad_policies = [name for name in local if name.startswith("policies/smollm2-135m/squad/")]
+    squad_policies = [name for name in local if name.startswith("policies/micro/squad/")]
     assert squad_policies and all(name in on_slurm for name in squad_policies)
     for name in ("metrics/squad.csv", "tables/table1_hwsa.csv", "figures/p3_sweep.pdf"):
         assert name in on_slurm, name
@@ -369,7 +369,7 @@ def test_failing_rule_on_slurm_is_reported_and_its_log_kept(
     assert "Q0.jsonl, line 2: not valid JSON" in output, _tail(output)
     jobs = slurm_jobs(output)
     failed = {job["Comment"]: job for job in jobs if job["State"] == "FAILED"}
-    cell = "rule_generate_context_prompts_wildcards_smollm2-135m_squad_Q0"
+    cell = "rule_generate_context_prompts_wildcards_micro_squad_Q0"
     assert cell in failed, f"{jobs}\n{_tail(output)}"
     assert "Error in rule generate_context_prompts" in output
     assert f"SLURM-job '{failed[cell]['JobIDRaw']}' failed, SLURM status is: 'FAILED'" in output

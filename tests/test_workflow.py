@@ -22,6 +22,9 @@ from .conftest import REPO, TINY, snakemake, snakemake_command
 
 pytestmark = pytest.mark.integration
 DATASETS = ("squad", "nq_bigbench")
+# tests/config/tiny.yaml: the micro model, one SQuAD question and two NQ questions.
+MODEL = "micro"
+QUESTIONS = {"squad": 1, "nq_bigbench": 2}
 # tests/config/tiny.yaml runs EvidentialRAG and CDD on nq_bigbench only (CI time).
 METHOD_DATASETS = ("nq_bigbench",)
 PAPER_POLICIES = ("P0", "P1", "P2", "P3", "P4")
@@ -109,7 +112,7 @@ def planned_jobs(dry_run_output: str) -> dict[str, int]:
 def test_run_builds_every_condition(tiny_run: Path) -> None:
     for dataset in DATASETS:
         questions = read_jsonl(tiny_run / f"results/data/{dataset}/questions.jsonl")
-        assert len(questions) == 2
+        assert len(questions) == QUESTIONS[dataset]
         by_condition = {
             c: read_jsonl(tiny_run / f"results/contexts/{dataset}/{c}.jsonl") for c in CONDITIONS
         }
@@ -127,7 +130,7 @@ def test_run_builds_every_condition(tiny_run: Path) -> None:
             assert row["context_tokens"] <= 400
         assert all(r["passages"] == [] and r["context"] == "" for r in by_condition["Qclosed"])
         report = json.loads((tiny_run / f"results/contexts/{dataset}/report.json").read_text())
-        assert report["kept"] == 2
+        assert report["kept"] == QUESTIONS[dataset]
         assert "of asset all-minilm-l6-v2" in report["tokenizer"]
 
 
@@ -227,7 +230,7 @@ def test_killed_generation_job_resumes_and_matches_an_uninterrupted_run(
         dirs_exist_ok=True,
         ignore=shutil.ignore_patterns("locks", "incomplete"),
     )
-    cell_dir = tmp_path / "results/generation/smollm2-135m/squad/Q100"
+    cell_dir = tmp_path / f"results/generation/{MODEL}/nq_bigbench/Q100"
     shutil.rmtree(cell_dir)
     # relative to the working directory: Snakemake matches an absolute target against the
     # rules' relative outputs only when it is spelled the same way
@@ -252,10 +255,10 @@ def test_killed_generation_job_resumes_and_matches_an_uninterrupted_run(
     assert not (cell_dir / "P2.jsonl").exists()
     snakemake(tmp_path, "--unlock", target)
     snakemake(tmp_path, target)
-    log = (tmp_path / "results/logs/generate/smollm2-135m/squad/Q100.log").read_text()
-    assert log.count("(from checkpoint)") == 3  # question 0 was not generated again
+    log = (tmp_path / f"results/logs/generate/{MODEL}/nq_bigbench/Q100.log").read_text()
+    assert log.count("(from checkpoint)") == 1  # question 0 (its 3 calls) was not generated again
     for prompt in ("P0", "P1", "P2"):
-        relative = f"generation/smollm2-135m/squad/Q100/{prompt}.jsonl"
+        relative = f"generation/{MODEL}/nq_bigbench/Q100/{prompt}.jsonl"
         assert _without_timing(tmp_path / "results" / relative) == _without_timing(
             tiny_run / "results" / relative
         )
@@ -266,9 +269,9 @@ def test_qc_condition_swaps_summary_and_audit(tiny_run: Path) -> None:
     total_rows = 0
     for dataset in DATASETS:
         summary = json.loads((tiny_run / f"results/qc/{dataset}/summary.json").read_text())
-        assert summary["questions"] == 2 and summary["leaks"] == 0
+        assert summary["questions"] == QUESTIONS[dataset] and summary["leaks"] == 0
         swaps = read_jsonl(tiny_run / f"results/qc/{dataset}/swaps.jsonl")
-        assert len(swaps) == 2
+        assert len(swaps) == QUESTIONS[dataset]
         assert all(s["status"] == "accepted" or s["skip_reason"] for s in swaps)
         rows = read_jsonl(tiny_run / f"results/contexts/{dataset}/QC.jsonl")
         assert len(rows) == summary["eligible"]
@@ -278,7 +281,7 @@ def test_qc_condition_swaps_summary_and_audit(tiny_run: Path) -> None:
             assert roles == ["hard_negative"] * 4 + ["swapped_gold"]
             assert not row["answer_in_context"] and row["replacement_in_context"]
             assert row["tier"] in {"1", "1b", "2", "3", "4"}
-        cell = read_jsonl(tiny_run / f"results/generation/smollm2-135m/{dataset}/QC/P1.jsonl")
+        cell = read_jsonl(tiny_run / f"results/generation/{MODEL}/{dataset}/QC/P1.jsonl")
         assert [r["qid"] for r in cell] == [r["qid"] for r in rows]
         with (tiny_run / f"results/qc/{dataset}/audit_sample.csv").open(newline="") as handle:
             audit = list(csv.DictReader(handle))
@@ -329,7 +332,7 @@ def test_filled_audit_recomputes_hwsa_on_the_clean_subset(tiny_run: Path, tmp_pa
     assert all(int(r["n_clean"]) == len(audit) - 1 for r in cells)
     for cell in cells:
         decisions = read_jsonl(
-            tmp_path / f"results/policies/smollm2-135m/nq_bigbench/QC/{cell['policy']}.jsonl"
+            tmp_path / f"results/policies/{MODEL}/nq_bigbench/QC/{cell['policy']}.jsonl"
         )
         clean = [d for d in decisions if d["qid"] in {r["qid"] for r in audit[1:]}]
         expected = sum(d["decision"] == "answer" for d in clean) / len(clean)
@@ -352,13 +355,13 @@ def _copy_run(tiny_run: Path, workdir: Path) -> None:
 
 def test_policy_cells_and_their_rules(tiny_run: Path) -> None:
     for dataset in DATASETS:
-        base = tiny_run / f"results/policies/smollm2-135m/{dataset}"
+        base = tiny_run / f"results/policies/{MODEL}/{dataset}"
         for condition in GENERATION_CONDITIONS:
             contexts = read_jsonl(tiny_run / f"results/contexts/{dataset}/{condition}.jsonl")
             p1 = {
                 r["qid"]: r
                 for r in read_jsonl(
-                    tiny_run / f"results/generation/smollm2-135m/{dataset}/{condition}/P1.jsonl"
+                    tiny_run / f"results/generation/{MODEL}/{dataset}/{condition}/P1.jsonl"
                 )
             }
             for policy in ("P0", "P1", "P2", "P3", "P4"):
@@ -380,7 +383,7 @@ def test_policy_cells_and_their_rules(tiny_run: Path) -> None:
 
 def test_p3_sweep_grid(tiny_run: Path) -> None:
     for dataset in DATASETS:
-        path = tiny_run / f"results/policies/smollm2-135m/{dataset}/P3_sweep.csv"
+        path = tiny_run / f"results/policies/{MODEL}/{dataset}/P3_sweep.csv"
         with path.open(newline="") as handle:
             sweep = list(csv.DictReader(handle))
         assert len(sweep) == 8 * 6
@@ -478,7 +481,7 @@ def test_seed_sensitivity_variant_and_table13(tiny_run: Path) -> None:
     summary = json.loads((tiny_run / f"results/qc/{variant}/summary.json").read_text())
     assert (summary["questions"], summary["seed"]) == (2, 43)
     # only Q0 and QC are generated; the closed-book answers are the base dataset's
-    generated = tiny_run / f"results/generation/smollm2-135m/{variant}"
+    generated = tiny_run / f"results/generation/{MODEL}/{variant}"
     assert sorted(p.name for p in generated.iterdir() if p.is_dir()) == ["Q0", "QC"]
     assert not (tiny_run / f"results/data/{variant}").exists()
     assert not (tiny_run / f"results/retrieval/{variant}").exists()
@@ -575,9 +578,7 @@ def test_qx_condition_pairs_the_gold_passage_with_its_swapped_twin(tiny_run: Pat
         report = json.loads((tiny_run / f"results/contexts/{dataset}/QX_report.json").read_text())
         assert report["qx_rows"] == len(qx)
         for policy in POLICIES if dataset in METHOD_DATASETS else PAPER_POLICIES:
-            rows = read_jsonl(
-                tiny_run / f"results/policies/smollm2-135m/{dataset}/QX/{policy}.jsonl"
-            )
+            rows = read_jsonl(tiny_run / f"results/policies/{MODEL}/{dataset}/QX/{policy}.jsonl")
             assert [r["qid"] for r in rows] == [r["qid"] for r in qx]
     assert total > 0, "no QX row at all: the tiny config must exercise the QX condition"
 
@@ -586,9 +587,9 @@ def test_evidential_evaluations_decisions_and_accounting(tiny_run: Path) -> None
     from grabrag.policies import EVIDENTIAL_RULES
 
     routes = set()
-    assert not (tiny_run / "results/evidential/smollm2-135m/squad").exists()
+    assert not (tiny_run / f"results/evidential/{MODEL}/squad").exists()
     for dataset in METHOD_DATASETS:
-        base = tiny_run / f"results/evidential/smollm2-135m/{dataset}"
+        base = tiny_run / f"results/evidential/{MODEL}/{dataset}"
         for condition in GENERATION_CONDITIONS:
             contexts = read_jsonl(tiny_run / f"results/contexts/{dataset}/{condition}.jsonl")
             evaluations = read_jsonl(base / f"{condition}/evaluations.jsonl")
@@ -601,7 +602,7 @@ def test_evidential_evaluations_decisions_and_accounting(tiny_run: Path) -> None
             for policy in ("EVID", "EVID_CB"):
                 rows = read_jsonl(base / f"{condition}/{policy}.jsonl")
                 decisions = read_jsonl(
-                    tiny_run / f"results/policies/smollm2-135m/{dataset}/{condition}/{policy}.jsonl"
+                    tiny_run / f"results/policies/{MODEL}/{dataset}/{condition}/{policy}.jsonl"
                 )
                 assert [r["qid"] for r in rows] == [r["qid"] for r in decisions]
                 for row, decision in zip(rows, decisions, strict=True):
@@ -619,7 +620,7 @@ def test_evidential_evaluations_decisions_and_accounting(tiny_run: Path) -> None
             assert not (base / condition / ".evaluate_checkpoint.jsonl").exists()
             assert not (base / condition / ".generate_checkpoint.jsonl").exists()
         report = json.loads((base / "QC/evaluate_report.json").read_text())
-        assert report["peak_memory_mb"] > 0 and report["evaluator"] == "smollm2-135m"
+        assert report["peak_memory_mb"] > 0 and report["evaluator"] == MODEL
         efficiency = json.loads((base / "efficiency.json").read_text())
         assert set(efficiency["policies"]) == {"P1", "EVID", "EVID_CB"}
         assert efficiency["policies"]["EVID"]["logical_decisions"] == 6
@@ -629,7 +630,7 @@ def test_evidential_evaluations_decisions_and_accounting(tiny_run: Path) -> None
 
 def test_evidential_sweep_grid(tiny_run: Path) -> None:
     for dataset in METHOD_DATASETS:
-        path = tiny_run / f"results/evidential/smollm2-135m/{dataset}/sweep.csv"
+        path = tiny_run / f"results/evidential/{MODEL}/{dataset}/sweep.csv"
         with path.open(newline="") as handle:
             sweep = list(csv.DictReader(handle))
         settings = 5 * 3 + 3 + 1  # lambda x (tau1, tau2), no_fusion x taus, no_routing

@@ -454,7 +454,9 @@ def p3_sweep_rows(
 
 def table_p3_sweep(sweep: pd.DataFrame, cutoff: float = 50) -> pd.DataFrame:
     """Table 12: macro averages over cells at the paper's cutoff."""
-    chosen = sweep[sweep.cutoff == cutoff]
+    chosen = sweep[sweep.cutoff == cutoff].reindex(
+        columns=["threshold", "cutoff", "hwsa_qc", "fac_q100", "ans_q100"]
+    )  # no QC condition: no hwsa_qc column, shown as NaN
     grouped = chosen.groupby("threshold")[["hwsa_qc", "fac_q100", "ans_q100"]].mean()
     return pd.DataFrame(
         {

@@ -10,7 +10,9 @@ from grabrag.tables import p3_sweep_rows
 
 def main(smk):
     gold = {r["qid"]: r["answers"] for r in read_jsonl(smk.input.q100)}
-    p1 = {"Q100": read_jsonl(smk.input.p1_q100), "QC": read_jsonl(smk.input.p1_qc)}
+    p1 = {"Q100": read_jsonl(smk.input.p1_q100)}
+    if "p1_qc" in smk.input.keys():  # a config without the QC condition has no HwSA column
+        p1["QC"] = read_jsonl(smk.input.p1_qc)
     rows = p3_sweep_rows(p1, read_jsonl(smk.input.cb), read_jsonl(smk.input.p1_decisions), gold)
     write_csv(smk.output.sweep, list(rows[0]), rows)
 
