@@ -22,7 +22,7 @@ from grabrag.evidential import (
     TAU2,
     Evaluation,
     align_claims,
-    average_masses,
+    average_evidence,
     closed_book_evaluation,
     combine,
     conflict,
@@ -118,7 +118,7 @@ def test_masses_sum_to_one_after_every_operation() -> None:
         for mass in masses:
             assert total(mass) == pytest.approx(1.0, abs=SUM_TOL)
         a, b = masses[0], masses[-1]
-        results = [dempster(a, b), average_masses(masses), fuse(masses, None)]
+        results = [dempster(a, b), average_evidence([random_evidence(rng, m)]), fuse(masses, None)]
         results += [combine(a, b, lam) for lam in LAMS]
         results += [fuse(masses, lam) for lam in LAMS]
         for b_out, u_out in results:
@@ -264,14 +264,18 @@ def test_mean_pairwise_conflict_eq_14() -> None:
     assert mean_pairwise_conflict([]) == 0.0
 
 
-def test_average_masses_is_elementwise_mean() -> None:
-    b, u = average_masses([M_A, M_B])
-    np.testing.assert_allclose(b, [0.35, 0.45])
+def test_average_evidence_is_eqs_2_6_of_the_mean_evidence() -> None:
+    # mean of (8, 0) and (2, 6) = (5, 3); S = 8 + 2 = 10: b = (0.5, 0.3), u = 0.2
+    b, u = average_evidence([[8.0, 0.0], [2.0, 6.0]])
+    np.testing.assert_allclose(b, [0.5, 0.3])
     assert u == pytest.approx(0.2)
-    # averaging does not see conflict: two opposed certain sources give no ignorance
-    b, u = average_masses([(np.array([1.0, 0.0]), 0.0), (np.array([0.0, 1.0]), 0.0)])
-    assert u == 0.0
-    assert average_masses([])[1] == 1.0
+    # averaging does not see conflict: (10, 0) and (0, 10) average to (5, 5), S = 12
+    b, u = average_evidence([[10.0, 0.0], [0.0, 10.0]])
+    np.testing.assert_allclose(b, [5 / 12, 5 / 12])
+    assert u == pytest.approx(2 / 12)
+    assert average_evidence([])[1] == 1.0
+    with pytest.raises(ValueError):
+        average_evidence([[1.0], [1.0, 2.0]])
 
 
 # --- evaluator -------------------------------------------------------------------------------
@@ -499,8 +503,13 @@ def test_alignment_f1_merge_never_crosses_numbers() -> None:
     # same words, F1 >= 0.8: merged into the first-seen form
     frame, index = align_claims(["Barack Hussein Obama II", "Barack Hussein Obama"])
     assert frame == ["Barack Hussein Obama II"] and index == [0, 0]
+    # one is the other's whole words: merged whatever the F1 threshold
     frame, index = align_claims(["Barack Hussein Obama II", "Barack Hussein Obama"], merge_f1=0.9)
-    assert index == [0, 1]
+    assert index == [0, 0]
+    # F1 4/5 = 0.8, neither inside the other: merged at 0.8, apart at 0.9
+    pair = ["Barack Hussein Obama II Jr", "Barack Hussein Obama II Sr"]
+    assert align_claims(pair)[1] == [0, 0]
+    assert align_claims(pair, merge_f1=0.9)[1] == [0, 1]
     with pytest.raises(ValueError):
         align_claims(["a"], merge_f1=0.0)
 
@@ -598,12 +607,17 @@ def test_decide_mapping() -> None:
         "decision": "answer",
         "answer": "Paris",
         "confidence": pytest.approx(70.0),
+        "fused_confidence": pytest.approx(70.0),
+        "selected_claim": "Paris",
     }
+    # a routed abstention keeps Eq. 27's confidence and its selected claim for the ECE
     assert decide(frame, b, 0.4) == {
         "route": "conflict_aware",
         "decision": "abstain",
         "answer": "",
         "confidence": 0.0,
+        "fused_confidence": pytest.approx(70.0),
+        "selected_claim": "Paris",
     }
     assert decide(frame, b, 0.7)["route"] == "abstain"
     assert decide(frame, b, 0.7)["decision"] == "abstain"
