@@ -31,11 +31,14 @@ from grabrag.evidential import (
     evaluator_messages,
     evid_confidence,
     evidence_vectors,
+    fold_order,
     from_evidence,
     fuse,
+    guarded_route,
     mean_pairwise_conflict,
     normalize_number_or_date,
     parse_evaluation,
+    passage_claim_count,
     question_masses,
     route,
     route_messages,
@@ -701,3 +704,106 @@ def test_sweep_with_closed_book_source() -> None:
     assert alone[0]["decision"] == "answer"
     assert with_cb[0]["decision"] == "abstain"
     assert with_cb[0]["u_global"] > alone[0]["u_global"]
+
+
+# --- fold order, EVID+CB, evidence averaging (hand-computed) ------------------------------
+
+
+def test_fold_order_is_independent_of_the_context_order() -> None:
+    # evidence 9 for "Paris" (Y) or "Lyon" (X), M = 2: each source (9/11, 0) or (0, 9/11),
+    # u = 2/11. The lambda rule is not associative:
+    #   [Y, Y, X]: Y+Y = (117/121, 0; 4/121); + X: h = 8/1331, K = 1053/1331,
+    #              U = (8 + 0.6 * 1053) / 1331 = 639.8/1331 = 0.481 -> conflict-aware
+    #   [X, Y, Y]: X+Y: h = 4/121, K = 81/121, U = 52.6/121, b = (34.2/121, 34.2/121);
+    #              + Y: h = 105.2/1331, K = 307.8/1331,
+    #              U = (105.2 + 0.6 * 307.8) / 1331 = 289.88/1331 = 0.218 -> direct
+    y, x = from_evidence([9, 0]), from_evidence([0, 9])
+    assert fuse([y, y, x], LAMBDA)[1] == pytest.approx(639.8 / 1331)
+    assert fuse([x, y, y], LAMBDA)[1] == pytest.approx(289.88 / 1331)
+    # so the fold never follows the (shuffled) context: the passages are ranked by their
+    # overlap with the question, ties by pid
+    passages = [
+        {"pid": "b", "title": "", "text": "Paris is it."},
+        {"pid": "c", "title": "", "text": "Paris it is."},
+        {"pid": "a", "title": "", "text": "Lyon is it."},
+    ]
+    question = "Where is it?"  # overlap 2 ("is", "it") for every passage: pid order
+    orders = []
+    for shift in range(3):
+        shuffled = passages[shift:] + passages[:shift]
+        orders.append([shuffled[i]["pid"] for i in fold_order(question, shuffled)])
+    assert orders == [["a", "b", "c"]] * 3
+    # the more question words a passage holds, the earlier it is folded
+    ranked = fold_order(
+        "Where is the Eiffel tower?", [*passages, {"pid": "z", "text": "Eiffel tower"}]
+    )
+    assert ranked[0] == 3
+
+
+def test_closed_book_source_never_answers_alone_at_q0() -> None:
+    # Q0: five irrelevant passages and a confident closed-book answer (evidence 10)
+    passages = [ev("", 0, "irrelevant")] * 5
+    cb = closed_book_evaluation("Lyon", 95, "answer")
+    frame, masses = question_masses(passages, [cb])
+    # the closed-book claim is left out: no claim, every mass vacuous, U = 1
+    assert frame == [] and len(masses) == 5
+    b, u = fuse(masses, LAMBDA)
+    assert u == 1.0
+    assert decide(frame, b, u)["decision"] == "abstain"
+    assert decide(frame, b, u)["route"] == "abstain"
+    # without the guard it would have been a direct answer from memory: (10/11, 1/11)
+    assert route(from_evidence([10])[1]) == "direct"
+
+
+def test_closed_book_claim_alone_is_never_a_direct_answer() -> None:
+    # one passage with evidence 2 for "Paris" (M = 2: (0.5, 0; 0.5)), four irrelevant
+    # (vacuous, neutral), the closed book "Lyon" with evidence 10 ((0, 10/12; 2/12)) last:
+    # h = 1/12, K = 5/12, U = 1/12 + 0.6 * 5/12 = 1/3 < tau1, top claim Lyon (b = 5/9)
+    passages = [ev("Paris", 2)] + [ev("", 0, "irrelevant")] * 4
+    cb = closed_book_evaluation("Lyon", 100, "answer")
+    frame, masses = question_masses(passages, [cb])
+    assert frame == ["Paris", "Lyon"] and passage_claim_count(passages) == 1
+    b, u = fuse(masses, LAMBDA)
+    assert u == pytest.approx(1 / 3) and b[1] == pytest.approx(5 / 9)
+    assert route(u) == "direct"
+    assert guarded_route(frame, b, u, passage_claims=1) == "conflict_aware"
+    assert decide(frame, b, u, passage_claims=1)["decision"] == "abstain"
+    row = sweep({"q": passages}, (LAMBDA,), ((TAU1, TAU2),), {"q": [cb]})
+    assert [(r["variant"], r["route"]) for r in row] == [
+        ("evid", "conflict_aware"),
+        ("no_fusion", "conflict_aware"),
+        ("no_routing", "abstain"),
+    ]
+
+
+def test_closed_book_short_name_is_the_passages_claim() -> None:
+    # "Obama" from memory against five passages saying "Barack Obama" (evidence 8): one
+    # claim (M = 1), no conflict: U = (1/9)^5 * (1/10) -> direct, "Barack Obama"
+    passages = [ev("Barack Obama", 8)] * 5
+    cb = closed_book_evaluation("Obama", 90, "answer")
+    frame, masses = question_masses(passages, [cb])
+    assert frame == ["Barack Obama"]
+    b, u = fuse(masses, LAMBDA)
+    assert u == pytest.approx((1 / 9) ** 5 / 10)
+    decision = decide(frame, b, u, passage_claims=passage_claim_count(passages))
+    assert (decision["route"], decision["answer"]) == ("direct", "Barack Obama")
+    # an ambiguous short form stays apart
+    assert align_claims(["John Smith", "John Lennon", "John"])[1] == [0, 1, 2]
+
+
+def test_evidence_averaging_answers_at_qc_where_mass_averaging_abstained() -> None:
+    # QC: the swapped passage states "Lyon" with evidence 10, four passages are irrelevant
+    passages = [ev("Lyon", 10)] + [ev("", 0, "irrelevant")] * 4
+    frame, masses = question_masses(passages)
+    # averaging the mass functions: b = (10/11)/5 = 2/11, u = (1/11 + 4)/5 = 9/11 -> abstain
+    mass_b = sum(m[0] for m in masses) / 5
+    mass_u = sum(m[1] for m in masses) / 5
+    assert (mass_b[0], mass_u) == (pytest.approx(2 / 11), pytest.approx(9 / 11))
+    assert route(mass_u) == "abstain"
+    # averaging the evidence (the paper's ablation): e = 10/5 = 2, S = 3 -> b = 2/3, u = 1/3
+    b, u = average_evidence([[10.0], [0.0], [0.0], [0.0], [0.0]])
+    assert (b[0], u) == (pytest.approx(2 / 3), pytest.approx(1 / 3))
+    rows = sweep({"q": passages}, (LAMBDA,), ((TAU1, TAU2),))
+    no_fusion = [r for r in rows if r["variant"] == "no_fusion"][0]
+    assert (no_fusion["decision"], no_fusion["answer"]) == ("answer", "Lyon")
+    assert no_fusion["u_global"] == pytest.approx(1 / 3)

@@ -389,3 +389,48 @@ def test_efficiency_summary_numbers() -> None:
     assert empty["policies"]["P1"]["seconds_per_query"] is None
     assert empty["policies"][EVID]["relative_cost"] is None
     assert empty["policies"][EVID]["peak_memory_mb"] is None
+
+
+def test_a_permuted_context_keeps_the_route() -> None:
+    # two passages for "Paris", one for "Lyon", evidence 9 each; the question shares one
+    # word ("is") with every passage, so the fold runs by pid: Lyon ("a") first, then
+    # Paris ("b", "c"). [X, Y, Y] at lambda 0.6: U = 289.88/1331 -> direct (see
+    # test_evidential's hand computation); the context order [Y, Y, X] alone would
+    # have given U = 639.8/1331, conflict-aware.
+    llm = StubLLM({"Paris is it.": ("Paris", 9), "Paris it is.": ("Paris", 9),
+                   "Lyon is it.": ("Lyon", 9)})  # fmt: skip
+    passages = [
+        {"pid": "b", "title": "", "text": "Paris is it.", "role": "gold"},
+        {"pid": "c", "title": "", "text": "Paris it is.", "role": "gold"},
+        {"pid": "a", "title": "", "text": "Lyon is it.", "role": "qc_swapped"},
+    ]
+    states = []
+    for order in ((0, 1, 2), (2, 0, 1), (1, 2, 0), (2, 1, 0)):
+        row = {**context("q", 0, ["x"], "QX"), "passages": [passages[i] for i in order]}
+        evaluated = evaluate_question(llm, row, 64)
+        assert [e["pid"] for e in evaluated["evaluations"]] == ["a", "b", "c"]
+        assert [e["fold_rank"] for e in evaluated["evaluations"]] == [1, 2, 3]
+        states.append(question_state(evaluated, None, 0.6, 0.35, 0.65, 0.8))
+    assert {s["route"] for s in states} == {"direct"}
+    assert all(s["u_global"] == pytest.approx(289.88 / 1331) for s in states)
+    # entries are folded by fold_rank, whatever order they are stored in
+    shuffled = {**evaluated, "evaluations": evaluated["evaluations"][::-1]}
+    assert question_state(shuffled, None, 0.6, 0.35, 0.65, 0.8)["u_global"] == pytest.approx(
+        289.88 / 1331
+    )
+    # evaluations written before the fold order existed are refused, not misread
+    old = {**evaluated, "evaluations": [
+        {k: v for k, v in e.items() if k != "fold_rank"} for e in evaluated["evaluations"]
+    ]}  # fmt: skip
+    with pytest.raises(DataError, match="fold_rank"):
+        question_state(old, None, 0.6, 0.35, 0.65, 0.8)
+
+
+def test_closed_book_source_at_q0_abstains_in_the_workflow_state() -> None:
+    llm = StubLLM({})
+    row = context("q", 0, ["Nothing here.", "Still nothing.", "Nope."], "Q0")
+    evaluated = evaluate_question(llm, row, 64)
+    cb = cb_source({"qid": "q", "decision": "answer", "answer": "Paris", "confidence": 100})
+    assert cb is not None and cb.evidence == 10.0
+    state = question_state(evaluated, cb, 0.6, 0.35, 0.65, 0.8)
+    assert (state["route"], state["u_global"], state["frame"]) == ("abstain", 1.0, [])
