@@ -43,6 +43,7 @@ from grabrag.evidential import (
     route,
     route_messages,
     sweep,
+    sweep_grid,
 )
 from grabrag.generation import parse_output
 from grabrag.prompts import GBNF_GRAMMAR, RESPONSE_FORMAT
@@ -807,3 +808,17 @@ def test_evidence_averaging_answers_at_qc_where_mass_averaging_abstained() -> No
     no_fusion = [r for r in rows if r["variant"] == "no_fusion"][0]
     assert (no_fusion["decision"], no_fusion["answer"]) == ("answer", "Lyon")
     assert no_fusion["u_global"] == pytest.approx(1 / 3)
+
+
+def test_sweep_grid_from_config_keeps_the_configured_setting() -> None:
+    lams, taus = sweep_grid(["dempster", 0.0, 0.6], [[0.2, 0.5]], 0.45, 0.35, 0.65)
+    assert lams == [None, 0.0, 0.6, 0.45]
+    assert taus == [(0.2, 0.5), (0.35, 0.65)]
+    # already on the grid: nothing added
+    assert sweep_grid([0.6], [[0.35, 0.65]], 0.6, 0.35, 0.65) == ([0.6], [(0.35, 0.65)])
+    rows = sweep({"q": [ev("Paris", 9)]}, lams, taus)
+    assert {r["rule"] for r in rows if r["variant"] == "evid"} == {"dempster", 0.0, 0.6, 0.45}
+    with pytest.raises(ValueError):
+        sweep_grid([1.5], [[0.2, 0.5]], 0.6, 0.35, 0.65)
+    with pytest.raises(ValueError):
+        sweep_grid([0.6], [[0.5, 0.2]], 0.6, 0.35, 0.65)

@@ -317,6 +317,11 @@ class _Cell:
             self.failed[i] = M.parse_failed(row)
             self.em[i] = M.row_em(row, gold)
             self.f1[i] = M.row_f1(row, gold)
+            if self.routes is not None and "fused_confidence" not in row:
+                raise DataError(
+                    f"qid {qid}: EvidentialRAG decision row without fused_confidence (written "
+                    "by an older version); rerun the policy rule"
+                )
             if self.answer_bins is not None:
                 scored = M.selected_answer_score(row, gold)
                 if scored is not None:
