@@ -17,6 +17,7 @@ from grabrag.evidential import (
     EVALUATOR_GRAMMAR,
     EVALUATOR_RULES,
     EVALUATOR_SYSTEM,
+    FOLD_ORDER,
 )
 from grabrag.figures import FIGURES
 from grabrag.prompts import CLOSED_BOOK_PROMPT, CONTEXT_PROMPTS
@@ -223,10 +224,12 @@ def evaluator_asset(wildcards):
 
 
 def evaluator_contract():
-    """A hash of the evaluator's prompt and grammar, passed as a param: editing them reruns
-    the evaluator jobs, editing other EvidentialRAG code (fusion, sweeps) does not."""
+    """A hash of the evaluator's prompt, grammar and passage order, passed as a param:
+    editing them reruns the evaluator jobs, editing other EvidentialRAG code (fusion,
+    sweeps) does not."""
     digest = hashlib.sha256()
-    for part in (EVALUATOR_SYSTEM, EVALUATOR_RULES, EVALUATOR_FORMAT, EVALUATOR_GRAMMAR):
+    parts = (EVALUATOR_SYSTEM, EVALUATOR_RULES, EVALUATOR_FORMAT, EVALUATOR_GRAMMAR, FOLD_ORDER)
+    for part in parts:
         digest.update(part.encode())
     return digest.hexdigest()[:16]
 

@@ -74,6 +74,7 @@ rule evidential_sweep:
         sweep=f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv",
     params:
         fusion=fusion_settings(),
+        grid=stable({k: config["evidential"][k] for k in ("lambda_grid", "tau_grid")}),
         code=library_code("evidential.py", "evidential_runs.py", "metrics.py"),
     log:
         f"{RESULTS}/logs/evidential_sweep/{{model}}/{{dataset}}.log",

@@ -26,6 +26,7 @@ if EVID_POLICIES:
         "evid_lambda_sweep",
         "evid_tau_sweep",
         "evid_ablation",
+        "evid_evaluator",
     ]
 # CDD, CDD-alpha and the baselines (rules/cdd.smk, included before this file).
 TABLE_NAMES += CDD_TABLE_NAMES
@@ -137,6 +138,12 @@ rule tables:
             f"{RESULTS}/evidential/{{model}}/{{dataset}}/efficiency.json",
             model=MODELS,
             dataset=EVID_DATASETS,
+        ),
+        evid_evaluate_reports=expand(
+            f"{RESULTS}/evidential/{{model}}/{{dataset}}/{{condition}}/evaluate_report.json",
+            model=MODELS,
+            dataset=EVID_DATASETS,
+            condition=GENERATION_CONDITIONS,
         ),
         cdd_diagnostics=expand(
             f"{RESULTS}/cdd/{{model}}/{{dataset}}/diagnostics.csv",

@@ -65,7 +65,15 @@ def test_defaults_are_filled(embedded: dict) -> None:
         "merge_f1": 0.8,
         "evaluator_max_tokens": 160,
         "datasets": None,
+        "lambda_grid": ["dempster", 0.0, 0.3, 0.6, 1.0],
+        "tau_grid": [[0.2, 0.5], [0.35, 0.65], [0.5, 0.8]],
     }
+
+
+def test_tau_grid_pairs_must_be_ordered(embedded: dict) -> None:
+    embedded["evidential"] = {"tau_grid": [[0.5, 0.5]]}
+    with pytest.raises(ConfigError, match="tau_grid"):
+        validate_config(embedded)
 
 
 def test_evidential_evaluator_may_name_a_configured_model(embedded: dict) -> None:

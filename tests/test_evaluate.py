@@ -533,3 +533,53 @@ def test_abstention_over_datasets_averages_points_and_resamples() -> None:
     )
     qc = next(row for row in rows if row["policy"] == "P1" and row["condition"] == "QC")
     assert (qc["dataset"], qc["n"], qc["value"]) == ("ds", 3, 0.0)
+
+
+def test_evidential_ece_and_route_shares() -> None:
+    """EvidentialRAG's ECE (Eqs. 26-27) scores Eq. 27's fused mass of the selected claim on
+    every route, and pools every condition (QX included) as the sweep does."""
+
+    def evid(qid, route, fused, claim, answer=""):
+        decision = "answer" if route == "direct" else "abstain"
+        return {"qid": qid, "decision": decision, "answer": answer,
+                "confidence": fused if decision == "answer" else 0, "route": route,
+                "fused_confidence": fused, "selected_claim": claim}  # fmt: skip
+
+    ctx = contexts()
+    cells = {
+        ("m", "Q100", "EVID"): [
+            evid("q1", "direct", 95.0, "Paris", "Paris"),  # bin 14, correct
+            evid("q2", "conflict_aware", 60.0, "1949"),  # bin 9, wrong
+            evid("q3", "abstain", 0.0, None),  # bin 0, nothing selected
+            evid("q4", "direct", 94.0, "sperm whale", "sperm whale"),  # bin 14, wrong
+        ],
+        ("m", "QC", "EVID"): [
+            # abstained at QC, but Eq. 27 still scores the planted claim it would select
+            evid("q1", "conflict_aware", 50.0, "Lyon"),  # bin 7, wrong
+            evid("q2", "abstain", 0.0, None),
+            evid("q3", "direct", 90.0, "Carrie Underwood", "Carrie Underwood"),  # bin 13
+        ],
+    }
+    out = evaluate_dataset("ds", cells, {c: rows for (_, c), rows in ctx.items()},
+                           n_resamples=50)  # fmt: skip
+    keyed = {(r["condition"], r["metric"]): r for r in out}
+    # Q100: bin 14 {95: 1, 94: 0} -> 2 * |0.5 - 0.945|, bin 9 -> 0.6, bin 0 -> 0; / 4
+    assert keyed[("Q100", "ece_answer_15")]["value"] == pytest.approx((0.89 + 0.6) / 4)
+    # QC: bin 7 -> 0.5, bin 0 -> 0, bin 13 -> |1 - 0.9| = 0.1; / 3
+    assert keyed[("QC", "ece_answer_15")]["value"] == pytest.approx(0.6 / 3)
+    # pooled over both conditions: the bins add up: (0.89 + 0.6 + 0.5 + 0.1) / 7
+    pooled = keyed[("pooled", "ece_answer_15")]
+    assert pooled["value"] == pytest.approx(2.09 / 7) and pooled["n"] == 7
+    # GRAB-RAG's own 15-bin ECE stays a separate metric (behaviour correctness)
+    assert keyed[("QC", "ece_15")]["value"] != pytest.approx(
+        keyed[("QC", "ece_answer_15")]["value"]
+    )
+    assert keyed[("Q100", "route_direct")]["value"] == 0.5
+    assert keyed[("QC", "route_conflict_aware")]["value"] == pytest.approx(1 / 3)
+    assert keyed[("pooled", "route_abstain")]["value"] == pytest.approx(2 / 7)
+    # P1 (naive RAG) gets the Eq. 26 ECE from its own confidence; P2 does not
+    p1 = evaluate_dataset("ds", {("m", "Q100", "P1"): P1["Q100"], ("m", "Q100", "P2"): P1["Q100"]},
+                          {c: rows for (_, c), rows in ctx.items()}, n_resamples=50)  # fmt: skip
+    metrics = {(r["policy"], r["metric"]) for r in p1}
+    assert ("P1", "ece_answer_15") in metrics and ("P2", "ece_answer_15") not in metrics
+    assert ("P1", "route_direct") not in metrics

@@ -22,7 +22,7 @@ from grabrag.evidential import (
     TAU2,
     Evaluation,
     align_claims,
-    average_masses,
+    average_evidence,
     closed_book_evaluation,
     combine,
     conflict,
@@ -31,15 +31,19 @@ from grabrag.evidential import (
     evaluator_messages,
     evid_confidence,
     evidence_vectors,
+    fold_order,
     from_evidence,
     fuse,
+    guarded_route,
     mean_pairwise_conflict,
     normalize_number_or_date,
     parse_evaluation,
+    passage_claim_count,
     question_masses,
     route,
     route_messages,
     sweep,
+    sweep_grid,
 )
 from grabrag.generation import parse_output
 from grabrag.prompts import GBNF_GRAMMAR, RESPONSE_FORMAT
@@ -118,7 +122,7 @@ def test_masses_sum_to_one_after_every_operation() -> None:
         for mass in masses:
             assert total(mass) == pytest.approx(1.0, abs=SUM_TOL)
         a, b = masses[0], masses[-1]
-        results = [dempster(a, b), average_masses(masses), fuse(masses, None)]
+        results = [dempster(a, b), average_evidence([random_evidence(rng, m)]), fuse(masses, None)]
         results += [combine(a, b, lam) for lam in LAMS]
         results += [fuse(masses, lam) for lam in LAMS]
         for b_out, u_out in results:
@@ -264,14 +268,18 @@ def test_mean_pairwise_conflict_eq_14() -> None:
     assert mean_pairwise_conflict([]) == 0.0
 
 
-def test_average_masses_is_elementwise_mean() -> None:
-    b, u = average_masses([M_A, M_B])
-    np.testing.assert_allclose(b, [0.35, 0.45])
+def test_average_evidence_is_eqs_2_6_of_the_mean_evidence() -> None:
+    # mean of (8, 0) and (2, 6) = (5, 3); S = 8 + 2 = 10: b = (0.5, 0.3), u = 0.2
+    b, u = average_evidence([[8.0, 0.0], [2.0, 6.0]])
+    np.testing.assert_allclose(b, [0.5, 0.3])
     assert u == pytest.approx(0.2)
-    # averaging does not see conflict: two opposed certain sources give no ignorance
-    b, u = average_masses([(np.array([1.0, 0.0]), 0.0), (np.array([0.0, 1.0]), 0.0)])
-    assert u == 0.0
-    assert average_masses([])[1] == 1.0
+    # averaging does not see conflict: (10, 0) and (0, 10) average to (5, 5), S = 12
+    b, u = average_evidence([[10.0, 0.0], [0.0, 10.0]])
+    np.testing.assert_allclose(b, [5 / 12, 5 / 12])
+    assert u == pytest.approx(2 / 12)
+    assert average_evidence([])[1] == 1.0
+    with pytest.raises(ValueError):
+        average_evidence([[1.0], [1.0, 2.0]])
 
 
 # --- evaluator -------------------------------------------------------------------------------
@@ -499,8 +507,13 @@ def test_alignment_f1_merge_never_crosses_numbers() -> None:
     # same words, F1 >= 0.8: merged into the first-seen form
     frame, index = align_claims(["Barack Hussein Obama II", "Barack Hussein Obama"])
     assert frame == ["Barack Hussein Obama II"] and index == [0, 0]
+    # one is the other's whole words: merged whatever the F1 threshold
     frame, index = align_claims(["Barack Hussein Obama II", "Barack Hussein Obama"], merge_f1=0.9)
-    assert index == [0, 1]
+    assert index == [0, 0]
+    # F1 4/5 = 0.8, neither inside the other: merged at 0.8, apart at 0.9
+    pair = ["Barack Hussein Obama II Jr", "Barack Hussein Obama II Sr"]
+    assert align_claims(pair)[1] == [0, 0]
+    assert align_claims(pair, merge_f1=0.9)[1] == [0, 1]
     with pytest.raises(ValueError):
         align_claims(["a"], merge_f1=0.0)
 
@@ -598,12 +611,17 @@ def test_decide_mapping() -> None:
         "decision": "answer",
         "answer": "Paris",
         "confidence": pytest.approx(70.0),
+        "fused_confidence": pytest.approx(70.0),
+        "selected_claim": "Paris",
     }
+    # a routed abstention keeps Eq. 27's confidence and its selected claim for the ECE
     assert decide(frame, b, 0.4) == {
         "route": "conflict_aware",
         "decision": "abstain",
         "answer": "",
         "confidence": 0.0,
+        "fused_confidence": pytest.approx(70.0),
+        "selected_claim": "Paris",
     }
     assert decide(frame, b, 0.7)["route"] == "abstain"
     assert decide(frame, b, 0.7)["decision"] == "abstain"
@@ -687,3 +705,120 @@ def test_sweep_with_closed_book_source() -> None:
     assert alone[0]["decision"] == "answer"
     assert with_cb[0]["decision"] == "abstain"
     assert with_cb[0]["u_global"] > alone[0]["u_global"]
+
+
+# --- fold order, EVID+CB, evidence averaging (hand-computed) ------------------------------
+
+
+def test_fold_order_is_independent_of_the_context_order() -> None:
+    # evidence 9 for "Paris" (Y) or "Lyon" (X), M = 2: each source (9/11, 0) or (0, 9/11),
+    # u = 2/11. The lambda rule is not associative:
+    #   [Y, Y, X]: Y+Y = (117/121, 0; 4/121); + X: h = 8/1331, K = 1053/1331,
+    #              U = (8 + 0.6 * 1053) / 1331 = 639.8/1331 = 0.481 -> conflict-aware
+    #   [X, Y, Y]: X+Y: h = 4/121, K = 81/121, U = 52.6/121, b = (34.2/121, 34.2/121);
+    #              + Y: h = 105.2/1331, K = 307.8/1331,
+    #              U = (105.2 + 0.6 * 307.8) / 1331 = 289.88/1331 = 0.218 -> direct
+    y, x = from_evidence([9, 0]), from_evidence([0, 9])
+    assert fuse([y, y, x], LAMBDA)[1] == pytest.approx(639.8 / 1331)
+    assert fuse([x, y, y], LAMBDA)[1] == pytest.approx(289.88 / 1331)
+    # so the fold never follows the (shuffled) context: the passages are ranked by their
+    # overlap with the question, ties by pid
+    passages = [
+        {"pid": "b", "title": "", "text": "Paris is it."},
+        {"pid": "c", "title": "", "text": "Paris it is."},
+        {"pid": "a", "title": "", "text": "Lyon is it."},
+    ]
+    question = "Where is it?"  # overlap 2 ("is", "it") for every passage: pid order
+    orders = []
+    for shift in range(3):
+        shuffled = passages[shift:] + passages[:shift]
+        orders.append([shuffled[i]["pid"] for i in fold_order(question, shuffled)])
+    assert orders == [["a", "b", "c"]] * 3
+    # the more question words a passage holds, the earlier it is folded
+    ranked = fold_order(
+        "Where is the Eiffel tower?", [*passages, {"pid": "z", "text": "Eiffel tower"}]
+    )
+    assert ranked[0] == 3
+
+
+def test_closed_book_source_never_answers_alone_at_q0() -> None:
+    # Q0: five irrelevant passages and a confident closed-book answer (evidence 10)
+    passages = [ev("", 0, "irrelevant")] * 5
+    cb = closed_book_evaluation("Lyon", 95, "answer")
+    frame, masses = question_masses(passages, [cb])
+    # the closed-book claim is left out: no claim, every mass vacuous, U = 1
+    assert frame == [] and len(masses) == 5
+    b, u = fuse(masses, LAMBDA)
+    assert u == 1.0
+    assert decide(frame, b, u)["decision"] == "abstain"
+    assert decide(frame, b, u)["route"] == "abstain"
+    # without the guard it would have been a direct answer from memory: (10/11, 1/11)
+    assert route(from_evidence([10])[1]) == "direct"
+
+
+def test_closed_book_claim_alone_is_never_a_direct_answer() -> None:
+    # one passage with evidence 2 for "Paris" (M = 2: (0.5, 0; 0.5)), four irrelevant
+    # (vacuous, neutral), the closed book "Lyon" with evidence 10 ((0, 10/12; 2/12)) last:
+    # h = 1/12, K = 5/12, U = 1/12 + 0.6 * 5/12 = 1/3 < tau1, top claim Lyon (b = 5/9)
+    passages = [ev("Paris", 2)] + [ev("", 0, "irrelevant")] * 4
+    cb = closed_book_evaluation("Lyon", 100, "answer")
+    frame, masses = question_masses(passages, [cb])
+    assert frame == ["Paris", "Lyon"] and passage_claim_count(passages) == 1
+    b, u = fuse(masses, LAMBDA)
+    assert u == pytest.approx(1 / 3) and b[1] == pytest.approx(5 / 9)
+    assert route(u) == "direct"
+    assert guarded_route(frame, b, u, passage_claims=1) == "conflict_aware"
+    assert decide(frame, b, u, passage_claims=1)["decision"] == "abstain"
+    row = sweep({"q": passages}, (LAMBDA,), ((TAU1, TAU2),), {"q": [cb]})
+    assert [(r["variant"], r["route"]) for r in row] == [
+        ("evid", "conflict_aware"),
+        ("no_fusion", "conflict_aware"),
+        ("no_routing", "abstain"),
+    ]
+
+
+def test_closed_book_short_name_is_the_passages_claim() -> None:
+    # "Obama" from memory against five passages saying "Barack Obama" (evidence 8): one
+    # claim (M = 1), no conflict: U = (1/9)^5 * (1/10) -> direct, "Barack Obama"
+    passages = [ev("Barack Obama", 8)] * 5
+    cb = closed_book_evaluation("Obama", 90, "answer")
+    frame, masses = question_masses(passages, [cb])
+    assert frame == ["Barack Obama"]
+    b, u = fuse(masses, LAMBDA)
+    assert u == pytest.approx((1 / 9) ** 5 / 10)
+    decision = decide(frame, b, u, passage_claims=passage_claim_count(passages))
+    assert (decision["route"], decision["answer"]) == ("direct", "Barack Obama")
+    # an ambiguous short form stays apart
+    assert align_claims(["John Smith", "John Lennon", "John"])[1] == [0, 1, 2]
+
+
+def test_evidence_averaging_answers_at_qc_where_mass_averaging_abstained() -> None:
+    # QC: the swapped passage states "Lyon" with evidence 10, four passages are irrelevant
+    passages = [ev("Lyon", 10)] + [ev("", 0, "irrelevant")] * 4
+    frame, masses = question_masses(passages)
+    # averaging the mass functions: b = (10/11)/5 = 2/11, u = (1/11 + 4)/5 = 9/11 -> abstain
+    mass_b = sum(m[0] for m in masses) / 5
+    mass_u = sum(m[1] for m in masses) / 5
+    assert (mass_b[0], mass_u) == (pytest.approx(2 / 11), pytest.approx(9 / 11))
+    assert route(mass_u) == "abstain"
+    # averaging the evidence (the paper's ablation): e = 10/5 = 2, S = 3 -> b = 2/3, u = 1/3
+    b, u = average_evidence([[10.0], [0.0], [0.0], [0.0], [0.0]])
+    assert (b[0], u) == (pytest.approx(2 / 3), pytest.approx(1 / 3))
+    rows = sweep({"q": passages}, (LAMBDA,), ((TAU1, TAU2),))
+    no_fusion = [r for r in rows if r["variant"] == "no_fusion"][0]
+    assert (no_fusion["decision"], no_fusion["answer"]) == ("answer", "Lyon")
+    assert no_fusion["u_global"] == pytest.approx(1 / 3)
+
+
+def test_sweep_grid_from_config_keeps_the_configured_setting() -> None:
+    lams, taus = sweep_grid(["dempster", 0.0, 0.6], [[0.2, 0.5]], 0.45, 0.35, 0.65)
+    assert lams == [None, 0.0, 0.6, 0.45]
+    assert taus == [(0.2, 0.5), (0.35, 0.65)]
+    # already on the grid: nothing added
+    assert sweep_grid([0.6], [[0.35, 0.65]], 0.6, 0.35, 0.65) == ([0.6], [(0.35, 0.65)])
+    rows = sweep({"q": [ev("Paris", 9)]}, lams, taus)
+    assert {r["rule"] for r in rows if r["variant"] == "evid"} == {"dempster", 0.0, 0.6, 0.45}
+    with pytest.raises(ValueError):
+        sweep_grid([1.5], [[0.2, 0.5]], 0.6, 0.35, 0.65)
+    with pytest.raises(ValueError):
+        sweep_grid([0.6], [[0.5, 0.2]], 0.6, 0.35, 0.65)

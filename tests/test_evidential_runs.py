@@ -323,24 +323,28 @@ def test_sweep_table_grid_and_hand_computed_values() -> None:
     )
     at_q0 = key[(EVID, "evid", "0.6", 0.35, "Q0")]
     assert (at_q0["answer_rate"], at_q0["abstain_rate"]) == (0.0, 1.0)
-    # Q100 fuses (9/10, 1/10) with (8/9, 1/9): b = 1 - 1/90, confidence 98.9 -> bin 14 of
-    # 15, |1 - 14.5/15|; Q0 abstains with confidence 0 (correct): |1 - 0.5/15|
-    assert at_q100["ece_15"] == pytest.approx(1 / 30)
-    assert at_q0["ece_15"] == pytest.approx(29 / 30)
+    # EvidentialRAG's ECE (Eqs. 26-27): Q100 fuses (9/10, 1/10) with (8/9, 1/9): the top
+    # claim "Paris" (correct) has mass 1 - 1/90 -> |1 - 89/90| = 1/90. Q0 has no claim:
+    # confidence 0, nothing selected (not correct) -> |0 - 0| = 0, not GRAB-RAG's 29/30
+    assert at_q100["ece_answer_15"] == pytest.approx(1 / 90)
+    assert at_q0["ece_answer_15"] == 0.0
+    assert (at_q100["route_direct"], at_q0["route_abstain"]) == (1.0, 1.0)
     pooled = key[(EVID, "evid", "0.6", 0.35, POOLED)]
     assert (pooled["n"], pooled["refusal_precision"], pooled["refusal_recall"]) == (2, 1.0, 1.0)
-    assert pooled["refusal_f1"] == 1.0 and pooled["ece_15"] == pytest.approx(0.5)
+    # two bins, one row each: (1/90 + 0) / 2
+    assert pooled["refusal_f1"] == 1.0 and pooled["ece_answer_15"] == pytest.approx(1 / 180)
+    assert (pooled["route_direct"], pooled["route_conflict_aware"]) == (0.5, 0.0)
     assert math.isnan(at_q100["refusal_f1"]) and pooled["reason"] is None
     # without routing every question with a claim is answered; an empty frame abstains
     no_routing = key[(EVID, "no_routing", "0.6", None, POOLED)]
     assert no_routing["answer_rate"] == 0.5
     # Dempster at the strictest thresholds still answers the agreeing question
     assert key[(EVID, "evid", "dempster", 0.5, "Q100")]["answer_rate"] == 1.0
-    # EVID_CB without routing answers the closed-book claim at Q0 too: no refusal at all,
-    # so refusal precision is undefined and says why
+    # EVID_CB never answers from memory alone: at Q0 (every passage irrelevant) the
+    # closed-book claim is left out even without routing
     cb_no_routing = key[(EVID_CB, "no_routing", "0.6", None, POOLED)]
-    assert cb_no_routing["answer_rate"] == 1.0 and math.isnan(cb_no_routing["refusal_precision"])
-    assert "no abstention" in cb_no_routing["reason"]
+    assert cb_no_routing["answer_rate"] == 0.5 and cb_no_routing["refusal_precision"] == 1.0
+    assert key[(EVID_CB, "evid", "0.6", 0.35, "Q0")]["route_abstain"] == 1.0
     only_q100 = sweep_table({"Q100": q100}, gold, None)
     assert {r["policy"] for r in only_q100} == {EVID}
     dead = [r for r in only_q100 if r["condition"] == POOLED and r["variant"] == "evid"][0]
@@ -360,7 +364,13 @@ def test_efficiency_summary_numbers() -> None:
     ]  # fmt: skip
     cb = [{"seconds": 0.5}, {"seconds": 1.5}]
     reports = [{"peak_memory_mb": 300.0}, {"peak_memory_mb": 512.5}]
-    summary = efficiency_summary(p1, {EVID: evid, EVID_CB: evid}, cb, reports)
+    # EVID_CB rows count their closed-book pass: k + 2 decisions, its seconds included
+    evid_cb = [
+        {**row, "seconds": row["seconds"] + extra, "cb_seconds": extra,
+         "logical_decisions": 7, "executed_passes": 7}
+        for row, extra in zip(evid, (0.5, 1.5), strict=True)
+    ]  # fmt: skip
+    summary = efficiency_summary(p1, {EVID: evid, EVID_CB: evid_cb}, cb, reports)
     p1_entry, evid_entry = summary["policies"]["P1"], summary["policies"][EVID]
     assert p1_entry["seconds_per_query"] == 2.0 and p1_entry["relative_cost"] == 1.0
     assert (p1_entry["logical_decisions"], p1_entry["executed_passes"]) == (1.0, 1.0)
@@ -369,10 +379,58 @@ def test_efficiency_summary_numbers() -> None:
     assert evid_entry["evaluator_seconds_per_query"] == 4.0
     assert (evid_entry["logical_decisions"], evid_entry["executed_passes"]) == (6.0, 6.0)
     assert evid_entry["peak_memory_mb"] == 512.5
-    assert summary["policies"][EVID_CB]["reused_cb_seconds_per_query"] == 1.0
-    assert "reused_cb_seconds_per_query" not in evid_entry
+    cb_entry = summary["policies"][EVID_CB]
+    assert cb_entry["closed_book_seconds_per_query"] == 1.0
+    assert cb_entry["seconds_per_query"] == 6.0 and cb_entry["relative_cost"] == 3.0
+    assert (cb_entry["logical_decisions"], cb_entry["executed_passes"]) == (7.0, 7.0)
+    assert evid_entry["closed_book_seconds_per_query"] == 0.0
     # no P1 timing: relative cost undefined (None in the JSON), never a division by zero
     empty = efficiency_summary([], {EVID: evid}, cb, [])
     assert empty["policies"]["P1"]["seconds_per_query"] is None
     assert empty["policies"][EVID]["relative_cost"] is None
     assert empty["policies"][EVID]["peak_memory_mb"] is None
+
+
+def test_a_permuted_context_keeps_the_route() -> None:
+    # two passages for "Paris", one for "Lyon", evidence 9 each; the question shares one
+    # word ("is") with every passage, so the fold runs by pid: Lyon ("a") first, then
+    # Paris ("b", "c"). [X, Y, Y] at lambda 0.6: U = 289.88/1331 -> direct (see
+    # test_evidential's hand computation); the context order [Y, Y, X] alone would
+    # have given U = 639.8/1331, conflict-aware.
+    llm = StubLLM({"Paris is it.": ("Paris", 9), "Paris it is.": ("Paris", 9),
+                   "Lyon is it.": ("Lyon", 9)})  # fmt: skip
+    passages = [
+        {"pid": "b", "title": "", "text": "Paris is it.", "role": "gold"},
+        {"pid": "c", "title": "", "text": "Paris it is.", "role": "gold"},
+        {"pid": "a", "title": "", "text": "Lyon is it.", "role": "qc_swapped"},
+    ]
+    states = []
+    for order in ((0, 1, 2), (2, 0, 1), (1, 2, 0), (2, 1, 0)):
+        row = {**context("q", 0, ["x"], "QX"), "passages": [passages[i] for i in order]}
+        evaluated = evaluate_question(llm, row, 64)
+        assert [e["pid"] for e in evaluated["evaluations"]] == ["a", "b", "c"]
+        assert [e["fold_rank"] for e in evaluated["evaluations"]] == [1, 2, 3]
+        states.append(question_state(evaluated, None, 0.6, 0.35, 0.65, 0.8))
+    assert {s["route"] for s in states} == {"direct"}
+    assert all(s["u_global"] == pytest.approx(289.88 / 1331) for s in states)
+    # entries are folded by fold_rank, whatever order they are stored in
+    shuffled = {**evaluated, "evaluations": evaluated["evaluations"][::-1]}
+    assert question_state(shuffled, None, 0.6, 0.35, 0.65, 0.8)["u_global"] == pytest.approx(
+        289.88 / 1331
+    )
+    # evaluations written before the fold order existed are refused, not misread
+    old = {**evaluated, "evaluations": [
+        {k: v for k, v in e.items() if k != "fold_rank"} for e in evaluated["evaluations"]
+    ]}  # fmt: skip
+    with pytest.raises(DataError, match="fold_rank"):
+        question_state(old, None, 0.6, 0.35, 0.65, 0.8)
+
+
+def test_closed_book_source_at_q0_abstains_in_the_workflow_state() -> None:
+    llm = StubLLM({})
+    row = context("q", 0, ["Nothing here.", "Still nothing.", "Nope."], "Q0")
+    evaluated = evaluate_question(llm, row, 64)
+    cb = cb_source({"qid": "q", "decision": "answer", "answer": "Paris", "confidence": 100})
+    assert cb is not None and cb.evidence == 10.0
+    state = question_state(evaluated, cb, 0.6, 0.35, 0.65, 0.8)
+    assert (state["route"], state["u_global"], state["frame"]) == ("abstain", 1.0, [])

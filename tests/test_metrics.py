@@ -351,3 +351,47 @@ def test_confidence_and_correct_leaves_out_failed_parses() -> None:
     ]
     assert confidence_and_correct(rows, gold, "Q100") == ([90.0, 0.0], [1, 0])
     assert confidence_and_correct(rows, gold, "QC") == ([90.0, 0.0], [0, 1])
+
+
+# --- EvidentialRAG's ECE (Eqs. 26-27) -------------------------------------------------------
+
+
+def test_ece_mean_uses_each_bins_mean_confidence() -> None:
+    from grabrag.metrics import ece, ece_mean
+
+    # A small EVID cell, Eq. 27 confidences (0-100) and whether the selected claim is
+    # right. 15 bins of width 1/15: 95 and 94 -> bin 14 (floor(14.25), floor(14.1)),
+    # 60 -> bin 9, 0 and 0 -> bin 0.
+    #   bin 14: 2 rows, acc 1/2, mean conf 0.945 -> 2/5 * |0.5 - 0.945| = 0.178
+    #   bin 9:  1 row,  acc 0,   mean conf 0.60  -> 1/5 * 0.60          = 0.120
+    #   bin 0:  2 rows, acc 0,   mean conf 0     -> 0
+    confidences = [95, 94, 60, 0, 0]
+    correct = [1, 0, 0, 0, 0]
+    assert ece_mean(confidences, correct) == pytest.approx(0.298)
+    assert ece_mean(confidences, correct).n == 5
+    # GRAB-RAG's midpoint form differs: bin 14's midpoint is 14.5/15, bin 0's 0.5/15
+    midpoint = (2 * abs(0.5 - 14.5 / 15) + abs(0 - 9.5 / 15) + 2 * abs(0 - 0.5 / 15)) / 5
+    assert ece(confidences, correct, 15) == pytest.approx(midpoint)
+    # an all-abstain Q0 cell without any claim: confidence 0, nothing selected -> 0
+    assert ece_mean([0, 0, 0], [0, 0, 0]) == 0.0
+    assert math.isnan(ece_mean([], []))
+    with pytest.raises(ValueError):
+        ece_mean([50], [1], n_bins=0)
+
+
+def test_selected_answer_score() -> None:
+    from grabrag.metrics import selected_answer_score
+
+    # EVID rows: Eq. 27 on every route, the selected claim against gold
+    routed = {"decision": "abstain", "confidence": 0, "fused_confidence": 61.0,
+              "selected_claim": "paris"}  # fmt: skip
+    assert selected_answer_score(routed, ["Paris"]) == (61.0, 1)
+    empty = {"decision": "abstain", "confidence": 0, "fused_confidence": 0.0,
+             "selected_claim": None}  # fmt: skip
+    assert selected_answer_score(empty, ["Paris"]) == (0.0, 0)
+    # other rows: their own confidence; an abstention selects nothing
+    assert selected_answer_score({"decision": "answer", "answer": "Paris", "confidence": 80},
+                                 ["Paris"]) == (80.0, 1)  # fmt: skip
+    assert selected_answer_score({"decision": "abstain", "answer": "", "confidence": 30},
+                                 ["Paris"]) == (30.0, 0)  # fmt: skip
+    assert selected_answer_score({"decision": None, "confidence": None}, ["Paris"]) is None

@@ -494,6 +494,9 @@ def test_evid_decisions_follow_the_route() -> None:
     assert out["conflict"]["answer"] == "" and out["conflict"]["confidence"] == 0
     assert (out["abstain"]["decision"], out["abstain"]["rule"]) == ("abstain", EVIDENTIAL_ABSTAIN)
     assert {r["rule"] for r in out.values()} <= set(EVIDENTIAL_RULES)
+    # Eq. 27 and the selected claim on every route (EvidentialRAG's ECE scores them all)
+    for row in out.values():
+        assert (row["fused_confidence"], row["selected_claim"]) == (pytest.approx(62.0), "Paris")
     # parse failures count as neither an answer nor an abstention downstream
     assert answer_rate(list(out.values())) == (5, 0.2)
 

@@ -79,12 +79,18 @@ def test_hwsa_conditions_and_evid_results() -> None:
         for condition, rate in zip(("Q0", "QC", "QX"), rates, strict=True):
             rows.append(_row(policy, condition, "answer_rate", rate, 4))
             rows.append(_row(policy, condition, "ece_15", 0.1234, 4))
+            rows.append(_row(policy, condition, "ece_answer_15", 0.0567, 4))
+            if policy == "EVID_CB":
+                rows.append(_row(policy, condition, "route_direct", 0.0, 4))
+                rows.append(_row(policy, condition, "route_conflict_aware", 0.25, 4))
+                rows.append(_row(policy, condition, "route_abstain", 0.75, 4))
         rows.append(_row(policy, "QX-QC", "hwsa_diff", rates[2] - rates[1], 4, -0.5, 0.25))
         rows.append(_row(policy, "Q100", "answer_rate", 0.9, 10))
         rows.append(_row(policy, "Q100", "fac", 0.1, 5, 0.0, 0.3))
         rows.append(_row(policy, "pooled", "refusal_precision", 0.5, 6))
         rows.append(_row(policy, "pooled", "refusal_recall", 0.25, 12))
         rows.append(_row(policy, "pooled", "refusal_f1", 1 / 3, 22))
+        rows.append(_row(policy, "pooled", "ece_answer_15", 0.25, 22))
     metrics = pd.DataFrame(rows, columns=(*COLUMNS, "reason"))
     table = table_hwsa_conditions(metrics)
     assert list(table.policy) == ["P1", "EVID_CB"]
@@ -104,14 +110,26 @@ def test_hwsa_conditions_and_evid_results() -> None:
         "",
     )
     qx = p1.iloc[3]
-    assert (qx["HwSA [95% CI]"], qx["ECE-15"], qx["n"]) == ("60.0 [60.0, 60.0]", "0.123", 4)
+    assert (qx["HwSA [95% CI]"], qx["n"]) == ("60.0 [60.0, 60.0]", 4)
+    # EvidentialRAG's ECE and GRAB-RAG's 15-bin midpoint ECE stay in their own columns
+    assert (qx["ECE Eq. 26-27 (15 bins)"], qx["GRAB-RAG ECE-15 (bin midpoints, behaviour)"]) == (
+        "0.057",
+        "0.123",
+    )
+    assert qx["direct %"] == "" and q100["ECE Eq. 26-27 (15 bins)"] == ""
+    evid_qc = results[(results.policy == "EVID_CB") & (results.condition == "QC")].iloc[0]
+    assert (evid_qc["direct %"], evid_qc["conflict-aware %"], evid_qc["abstain route %"]) == (
+        "0.0",
+        "25.0",
+        "75.0",
+    )
     pooled = p1.iloc[4]
     assert (pooled["Refusal P"], pooled["Refusal R"], pooled["Refusal F1"]) == (
         "50.0 [50.0, 50.0]",
         "25.0 [25.0, 25.0]",
         "33.3 [33.3, 33.3]",
     )
-    assert pooled["n"] == 22
+    assert pooled["n"] == 22 and pooled["ECE Eq. 26-27 (15 bins)"] == "0.250"
     # EVID_CB is printed as EVID+CB
     import tempfile
     from pathlib import Path
@@ -138,7 +156,8 @@ def _sweep() -> pd.DataFrame:
                     {"model": model, "dataset": dataset, "policy": "EVID", "variant": "evid",
                      "rule": rule, "tau1": tau1, "tau2": tau2, "condition": "pooled",
                      "abstain_rate": 0.5, "refusal_precision": 0.6, "refusal_recall": 0.9,
-                     "refusal_f1": 0.72, "ece_15": 0.2}
+                     "refusal_f1": 0.72, "ece_answer_15": 0.2, "route_direct": 0.5,
+                     "route_conflict_aware": 0.2, "route_abstain": 0.3}
                 )  # fmt: skip
         for variant, rule, tau1, tau2 in (
             ("no_fusion", "average", 0.35, 0.65),
@@ -166,13 +185,65 @@ def test_evid_sweep_tables_macro_average_cells() -> None:
     # QC answer rate at lambda 0.6: (0.2 + 0.4) / 2 over the two cells
     assert lam.iloc[3]["HwSA@QC"] == "30.0" and lam.iloc[3]["HwSA@QX"] == "10.0"
     assert lam.iloc[0]["cells"] == 2 and lam.iloc[0]["refusal F1"] == "72.0"
-    assert lam.iloc[0]["Ans@Q100"] == "90.0" and lam.iloc[0]["ECE-15"] == "0.200"
+    assert lam.iloc[0]["Ans@Q100"] == "90.0" and lam.iloc[0]["ECE Eq. 26-27 (15 bins)"] == "0.200"
+    assert (lam.iloc[0]["direct %"], lam.iloc[0]["abstain route %"]) == ("50.0", "30.0")
     tau = table_evid_tau_sweep(_sweep(), 0.6, 0.35, 0.65)
     assert list(tau["(tau1, tau2)"]) == ["(0.2, 0.5)", "(0.35, 0.65) (default)", "(0.5, 0.8)"]
     assert list(tau["HwSA@QC"]) == ["15.0", "30.0", "45.0"]
+    assert list(tau["conflict-aware %"]) == ["20.0", "20.0", "20.0"]
     ablation = table_evid_ablation(_sweep(), 0.6, 0.35, 0.65)
     assert list(ablation["HwSA@QC"]) == ["30.0", "70.0", "100.0"]
+    assert ablation.iloc[1]["variant"].endswith("(evidence averaging)")
     assert ablation.iloc[2]["variant"].startswith("without dynamic routing")
+    # without the evaluator: naive RAG (P1) on the sweep's cells, from the metrics; the
+    # cell m/c is not in the sweep and stays out
+    metrics = pd.DataFrame(
+        [
+            ("m", d, "P1", c, metric, v, v, v, n, None)
+            for d, qc in (("a", 0.8), ("b", 0.6), ("c", 0.0))
+            for c, metric, v, n in (
+                ("Q100", "answer_rate", 1.0, 10), ("Q100", "em", 0.7, 10),
+                ("Q100", "abstain_rate", 0.0, 10), ("QC", "answer_rate", qc, 10),
+                ("QC", "abstain_rate", 1 - qc, 10), ("pooled", "refusal_f1", 0.3, 20),
+                ("pooled", "ece_answer_15", 0.4, 20),
+            )
+        ],
+        columns=(*COLUMNS, "reason"),
+    )  # fmt: skip
+    naive = table_evid_ablation(_sweep(), 0.6, 0.35, 0.65, metrics).iloc[-1]
+    assert naive["variant"] == "without evidential evaluator (naive RAG: P1)"
+    assert (naive["policy"], naive["cells"], naive["HwSA@QC"]) == ("P1", 2, "70.0")
+    # abstain (all): a = 2/20, b = 4/20 -> mean 15%
+    assert (naive["abstain (all)"], naive["refusal F1"], naive["direct %"]) == (
+        "15.0",
+        "30.0",
+        "n/a",
+    )
+    assert naive["ECE Eq. 26-27 (15 bins)"] == "0.400"
+
+
+def test_lambda_sweep_table_keeps_a_configured_lambda_off_the_grid() -> None:
+    from grabrag.tables import table_evid_lambda_sweep
+
+    sweep = _sweep()
+    extra = sweep[sweep.rule == "0.6"].assign(rule="0.45")
+    table = table_evid_lambda_sweep(pd.concat([sweep, extra]), 0.45, 0.35, 0.65)
+    assert "lambda=0.45 (default)" in list(table.rule)
+    assert list(table.rule).index("lambda=0.45 (default)") == 3  # between 0.3 and 0.6
+
+
+def test_evid_evaluator_table() -> None:
+    from grabrag.tables import table_evid_evaluator
+
+    report = {"model": "m", "dataset": "d", "condition": "Q0", "evaluator": "m",
+              "questions": 4, "evaluator_passes": 20, "with_evidence": 3,
+              "status": {"ok": 17, "repaired": 2, "failed": 1}}  # fmt: skip
+    row = table_evid_evaluator([report]).iloc[0]
+    assert (row["schema-valid %"], row["repaired %"], row["failed %"]) == ("85.0", "10.0", "5.0")
+    assert row["zero-evidence %"] == "85.0" and row["evaluator passes"] == 20
+    empty = table_evid_evaluator([{**report, "evaluator_passes": 0, "with_evidence": 0,
+                                   "status": {}}])  # fmt: skip
+    assert empty.iloc[0]["schema-valid %"] == "n/a"
 
 
 def test_evid_efficiency_table() -> None:
@@ -187,7 +258,8 @@ def test_evid_efficiency_table() -> None:
                    "executed_passes": 1.0, "peak_memory_mb": None, "relative_cost": 1.0},
             "EVID_CB": {"queries": 4, "seconds_per_query": 2.0,
                         "evaluator_seconds_per_query": 1.5, "generator_seconds_per_query": 0.5,
-                        "logical_decisions": 6.0, "executed_passes": 6.0,
+                        "closed_book_seconds_per_query": 0.25,
+                        "logical_decisions": 7.0, "executed_passes": 7.0,
                         "peak_memory_mb": 812.4, "relative_cost": 4.0},
         },
     }  # fmt: skip
@@ -195,7 +267,8 @@ def test_evid_efficiency_table() -> None:
     assert list(table.policy) == ["P1", "EVID_CB"]
     assert list(table["relative cost"]) == ["1.00x", "4.00x"]
     assert list(table["peak memory (MB)"]) == ["n/a", "812"]
-    assert list(table["logical LLM decisions"]) == ["1.0", "6.0"]
+    assert list(table["logical LLM decisions"]) == ["1.0", "7.0"]
+    assert list(table["closed-book s/query"]) == ["n/a", "0.250"]
 
 
 def _decision(qid: str, decision: str) -> dict:

@@ -128,6 +128,12 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
             "config key 'evidential.tau1' must be below 'evidential.tau2' "
             f"({evidential['tau1']} >= {evidential['tau2']})"
         )
+    for tau1, tau2 in evidential["tau_grid"]:
+        if not tau1 < tau2:
+            raise ConfigError(
+                f"config key 'evidential.tau_grid' has the pair [{tau1}, {tau2}]: tau1 must be "
+                "below tau2"
+            )
     contexts = checked["contexts"]
     if "QX" in checked["generation"]["conditions"] and contexts["n_passages"] < 2:
         raise ConfigError(

@@ -25,6 +25,16 @@ Metrics (``condition`` column in brackets):
   conditions Q100, Q50, Q0, QC pooled, Table 10; QX is not pooled in]: see
   :func:`grabrag.metrics.aurc` (ties averaged) and :func:`grabrag.metrics.ece`;
   unparseable rows are left out, n = rows scored.
+* ``ece_answer_15`` [each condition, and ``pooled`` = every condition of the cell, QX
+  included, the set the EvidentialRAG sweep pools too] for EVID, EVID_CB and P1 (naive
+  RAG, the "without evidential evaluator" ablation) only: EvidentialRAG's ECE (Eqs.
+  26-27), :func:`grabrag.metrics.ece_mean` with 15 equal-width bins compared at their
+  mean confidence; confidence and correctness of each row's selected answer
+  (:func:`grabrag.metrics.selected_answer_score`: for EVID the fused singleton mass of the
+  top claim on every route, routed abstentions included). Not GRAB-RAG's ``ece_15``
+  (bin midpoints, correct = the right behaviour).
+* ``route_direct``, ``route_conflict_aware``, ``route_abstain`` [each condition, and
+  ``pooled``] for EVID and EVID_CB: the share of rows on each route (Eq. 15).
 * ``refusal_precision``, ``refusal_recall``, ``refusal_f1`` [``pooled`` = every
   condition of the cell, QX included]: EvidentialRAG Eqs. 23-25 with R = abstained and
   U = a should-abstain condition (Q0, QC, QX); a parse failure is not a refusal; see
@@ -118,6 +128,12 @@ DIFF = "QC-Q0"
 DIFF_QX = "QX-QC"
 MEAN_POLICY = "mean"
 DEFAULT_ECE_BINS = (10, 15)
+# EvidentialRAG's ECE (Eqs. 26-27): its policies, and P1 as naive RAG beside them.
+ANSWER_ECE_POLICIES = ("P1", "EVID", "EVID_CB")
+ANSWER_ECE_BINS = 15
+ANSWER_ECE = "ece_answer_15"
+ROUTED_POLICIES = ("EVID", "EVID_CB")
+ROUTES = ("direct", "conflict_aware", "abstain")
 
 CellKey = tuple[str, str, str, str]  # (model, dataset, condition, policy)
 
@@ -267,9 +283,23 @@ class _Dataset:
 class _Cell:
     """Per-question indicator columns of one (model, dataset, condition, policy) cell."""
 
-    def __init__(self, ds: _Dataset, condition: str, rows: Mapping[str, Mapping[str, Any]]):
+    def __init__(
+        self,
+        ds: _Dataset,
+        condition: str,
+        rows: Mapping[str, Mapping[str, Any]],
+        policy: str | None = None,
+    ):
         n = ds.n
         self.condition = condition
+        # EvidentialRAG's ECE: per question, rows / correct rows / summed [0, 1] confidence
+        # in each of the 15 bins (None: not computed for this policy).
+        self.answer_bins: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        if policy in ANSWER_ECE_POLICIES:
+            self.answer_bins = tuple(np.zeros((n, ANSWER_ECE_BINS)) for _ in range(3))
+        self.routes: dict[str, np.ndarray] | None = None
+        if policy in ROUTED_POLICIES:
+            self.routes = {route: np.zeros(n) for route in ROUTES}
         self.present = np.zeros(n)
         self.answered = np.zeros(n)
         self.abstained = np.zeros(n)
@@ -287,6 +317,26 @@ class _Cell:
             self.failed[i] = M.parse_failed(row)
             self.em[i] = M.row_em(row, gold)
             self.f1[i] = M.row_f1(row, gold)
+            if self.routes is not None and "fused_confidence" not in row:
+                raise DataError(
+                    f"qid {qid}: EvidentialRAG decision row without fused_confidence (written "
+                    "by an older version); rerun the policy rule"
+                )
+            if self.answer_bins is not None:
+                scored = M.selected_answer_score(row, gold)
+                if scored is not None:
+                    confidence, correct = scored
+                    if not 0 <= confidence <= 100:
+                        raise DataError(f"qid {qid}: confidence {confidence} is outside 0-100")
+                    b = int(M.ece_bin_index(np.array([confidence]), ANSWER_ECE_BINS)[0])
+                    rows_in, correct_in, conf_in = self.answer_bins
+                    rows_in[i, b] += 1
+                    correct_in[i, b] += correct
+                    conf_in[i, b] += confidence / M.CONFIDENCE_SCALE
+            if self.routes is not None:
+                if row.get("route") not in self.routes:
+                    raise DataError(f"qid {qid}: unknown route {row.get('route')!r}")
+                self.routes[row["route"]][i] = 1
             y = M.row_correct(row, gold, condition)
             if y is not None:
                 confidence = float(row["confidence"])
@@ -485,6 +535,42 @@ def _block(
 
             add(ece_metric(bins), label, ece, size, _NO_SCORED)
 
+    # EvidentialRAG's ECE (Eqs. 26-27) per condition and pooled over every condition of
+    # the cell (QX included, as the sweep's pooled rows), and the route shares.
+    scored = {c: cell for c, cell in cells.items() if cell.answer_bins is not None}
+    for c, cell in scored.items():
+        for part, array in zip(("AN", "AC", "AS"), cell.answer_bins, strict=True):
+            cols[f"{c}.{part}"] = array
+    answer_groups = [(c, [c]) for c in scored]
+    if scored:
+        answer_groups.append((POOLED, list(scored)))
+    for label, members in answer_groups:
+
+        def answer_ece(t: Totals, m: Sequence[str] = members) -> np.ndarray:
+            sums = [sum(t[f"{c}.{part}"] for c in m) for part in ("AN", "AC", "AS")]
+            return M.ece_mean_from_bins(*sums)
+
+        def answer_size(t: Totals, m: Sequence[str] = members) -> np.ndarray:
+            return sum(t[f"{c}.AN"] for c in m).sum(axis=-1)
+
+        add(ANSWER_ECE, label, answer_ece, answer_size, _NO_SCORED)
+    routed = {c: cell for c, cell in cells.items() if cell.routes is not None}
+    for c, cell in routed.items():
+        for route in ROUTES:
+            cols[f"{c}.route_{route}"] = cell.routes[route]
+    route_groups = [(c, [c]) for c in routed]
+    if routed:
+        route_groups.append((POOLED, list(routed)))
+    for label, members in route_groups:
+        size = _pooled([f"{c}.present" for c in members])
+        for route in ROUTES:
+            share = _pooled([f"{c}.route_{route}" for c in members])
+
+            def route_share(t: Totals, num: Fn = share, den: Fn = size) -> np.ndarray:
+                return ratio(num(t), den(t))
+
+            add(f"route_{route}", label, route_share, size, _NO_ROWS)
+
     # HwSA on the paired QC-eligible subset, and QC - Q0 (Table 1, Table 7).
     if "Q0" in cells and "QC" in cells:
         pair = cells["Q0"].present * cells["QC"].present
@@ -608,7 +694,7 @@ def evaluate_dataset(
             raise DataError(f"cell {model}/{dataset}/{condition}/{policy}: unknown condition")
         indexed = ds.cell((model, dataset, condition, policy), rows)
         by_model.setdefault(model, {}).setdefault(policy, {})[condition] = _Cell(
-            ds, condition, indexed
+            ds, condition, indexed, policy
         )
     out: list[dict[str, Any]] = []
     for model in sorted(by_model):

@@ -18,13 +18,17 @@ Equations (paper numbering):
 * Eq. 7 (:func:`conflict`): K = sum_{r != s} b_a[r] * b_b[s].
 * Eqs. 8-11 (:func:`combine`): n_j = b_a[j] b_b[j] + b_a[j] u_b + u_a b_b[j],
   h = u_a u_b, frame mass h + lambda K, singletons (1 - h - lambda K) n_j / sum(n).
-* Eq. 12 (:func:`fuse`): m^(t) = m^(t-1) (x)_lambda m_t, left to right.
+* Eq. 12 (:func:`fuse`): m^(t) = m^(t-1) (x)_lambda m_t, left to right, in the fixed
+  order of :func:`fold_order` (never the condition's shuffled context order).
 * Eq. 13: U_global = m^(k)(Theta), the ``u`` that :func:`fuse` returns.
 * Eq. 14 (:func:`mean_pairwise_conflict`): mean pairwise K, a diagnostic only.
 * Eq. 15 (:func:`route`): direct if U < tau1, conflict-aware if tau1 <= U < tau2,
   abstain if U >= tau2.
 * Eq. 27 (:func:`evid_confidence`): confidence = max_j fused singleton mass, which we
-  put on the 0-100 scale the rest of the benchmark uses (``metrics.CONFIDENCE_SCALE``).
+  put on the 0-100 scale the rest of the benchmark uses (``metrics.CONFIDENCE_SCALE``);
+  Eq. 26's ECE is :func:`grabrag.metrics.ece_mean`.
+* Section 5.9's "without conflict-preserving fusion" (:func:`average_evidence`): the
+  mean of the evidence vectors, then Eqs. 2-6.
 
 A mass function is a tuple ``(b, u)``: ``b`` is a 1-D array of singleton masses over
 the M claims of the frame and ``u`` is the mass on the whole frame (ignorance). Every
@@ -186,7 +190,7 @@ def fuse(masses: Sequence[Mass], lam: float | None) -> Mass:
     ``lam=None``, with :func:`dempster`. The returned ``u`` is U_global (Eq. 13).
 
     No sources give the vacuous mass over an empty frame. The lambda rule is not
-    associative, so the order matters: callers pass passages in retrieval order.
+    associative, so the order matters: callers pass passages in :func:`fold_order`.
     """
     if lam is not None and not 0.0 <= lam <= 1.0:
         raise ValueError(f"lam must be None or in [0, 1], got {lam!r}")
@@ -211,19 +215,64 @@ def mean_pairwise_conflict(masses: Sequence[Mass]) -> float:
     return 2.0 * total / (k * (k - 1))
 
 
-def average_masses(masses: Sequence[Mass]) -> Mass:
+def average_evidence(evidence_vectors: Sequence[Sequence[float] | np.ndarray]) -> Mass:
     """The "without conflict-preserving fusion" ablation (section 5.9, "simple evidence
-    averaging"): the element-wise mean of the mass functions. Conflict between sources
-    is not seen: two sources committed to different claims average to two singletons
-    of half mass each, with no extra ignorance. No sources give the vacuous mass."""
-    if not masses:
+    averaging"): the element-wise mean of the sources' evidence vectors, then Eqs. 2-6
+    (:func:`from_evidence`). Conflict between sources is not seen: two sources with
+    evidence 10 on different claims average to evidence 5 on each, and a source without
+    evidence only halves the others' evidence (it does not add its own vacuity u = 1, as
+    averaging the mass functions would). No sources give the vacuous mass."""
+    if len(evidence_vectors) == 0:
         return vacuous(0)
-    checked = [_as_mass(m, f"masses[{i}]") for i, m in enumerate(masses)]
-    sizes = {b.size for b, _ in checked}
+    vectors = [np.asarray(v, dtype=float) for v in evidence_vectors]
+    sizes = {v.shape for v in vectors}
     if len(sizes) > 1:
-        raise ValueError(f"masses are over different frames: sizes {sorted(sizes)}")
-    b = np.mean([b for b, _ in checked], axis=0)
-    return b, float(np.mean([u for _, u in checked]))
+        raise ValueError(f"evidence vectors are over different frames: shapes {sorted(sizes)}")
+    return from_evidence(np.mean(vectors, axis=0))
+
+
+# =====================================================================================
+# Fold order (Eq. 12)
+# =====================================================================================
+
+# Recorded in the evaluator contract (rules/common.smk): the evaluator walks the passages
+# in this order (its candidate inventory grows along it), so changing it reruns the
+# evaluator.
+FOLD_ORDER = "question-overlap, then pid, title, text"
+
+
+def passage_relevance(question: str, passage: Mapping[str, Any]) -> int:
+    """How many distinct SQuAD-normalised question tokens occur in the passage (title and
+    text): a lexical stand-in for the paper's reranker score."""
+    words = set(normalize_answer(question).split())
+    text = f"{passage.get('title') or ''} {passage.get('text') or ''}"
+    return len(words & set(normalize_answer(text).split()))
+
+
+def fold_key(question: str, passage: Mapping[str, Any]) -> tuple[int, str, str, str]:
+    """Sort key of one passage in the fold: most relevant first (:func:`passage_relevance`),
+    ties by pid, title and text."""
+    return (
+        -passage_relevance(question, passage),
+        str(passage.get("pid") or ""),
+        str(passage.get("title") or ""),
+        str(passage.get("text") or ""),
+    )
+
+
+def fold_order(question: str, passages: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Indices of ``passages`` in the order the evaluator reads them and Eq. 12 folds them.
+
+    The paper folds its reranked top-k in rank order. The lambda rule is not associative,
+    so the order changes the route, and a GRAB-RAG context is shuffled per condition on
+    purpose (its passage order carries no rank). Choice: we rank the passages of a
+    question by their overlap with the question (:func:`fold_key`), a deterministic
+    function of the question and the passages alone: any permutation of the same context
+    gives the same order, hence the same evaluations and the same route. It uses no
+    benchmark label (a passage's role is never read). Identical passages (Q100 reuses its
+    gold passages) tie completely and are interchangeable.
+    """
+    return sorted(range(len(passages)), key=lambda i: fold_key(question, passages[i]))
 
 
 # =====================================================================================
@@ -575,7 +624,20 @@ def _match(key: _ClaimKey, claims: Sequence[_ClaimKey], merge_f1: float) -> int 
         # Token F1 is a ratio of small integers: compare with a tolerance, as P3 does.
         if f1 >= merge_f1 - 1e-9 and f1 > best_f1:
             best, best_f1 = j, f1
-    return best
+    if best is not None:
+        return best
+    inside = [
+        j
+        for j, claim in enumerate(claims)
+        if _compatible(key, claim) and _contained(key.normalized, claim.normalized)
+    ]
+    return inside[0] if len(inside) == 1 else None
+
+
+def _contained(a: str, b: str) -> bool:
+    """One normalised value is the other's whole words, in order ("obama" in "barack
+    obama"), as GRAB-RAG's own answer matching (:func:`grabrag.metrics.classify_qc_answer`)."""
+    return bool(a and b) and (f" {a} " in f" {b} " or f" {b} " in f" {a} ")
 
 
 def align_claims(
@@ -594,11 +656,18 @@ def align_claims(
     and "1991" stay apart, and so do "1.5" and "15", which SQuAD normalisation would
     make equal).
 
+    Last, a value that is the other's whole words ("Obama" and "Barack Obama", after
+    SQuAD normalisation) merges, but only into a single such claim ("John" stays apart
+    from both "John Smith" and "John Lennon") and never across numbers or dates.
+
     Choices: the alignment is conservative, as the paper asks (uncertain merges are
     avoided, so disagreement shows as conflict rather than being merged away): no alias
-    or abbreviation knowledge ("NYC" and "New York City" stay apart). A new value is
-    compared with each claim's first-seen form only, not with every value merged into
-    it, so fuzzy F1 matches cannot chain (a ~ b, b ~ c, but a !~ c).
+    or abbreviation knowledge ("NYC" and "New York City" stay apart). The containment
+    stage is ours: the evaluator aligns passage values with the candidate inventory
+    itself, but the closed-book value of EVID_CB never meets the evaluator, and the
+    short form of a name is the usual way the two differ. A new value is compared with
+    each claim's first-seen form only, not with every value merged into it, so fuzzy
+    matches cannot chain (a ~ b, b ~ c, but a !~ c).
     """
     if not 0.0 < merge_f1 <= 1.0:
         raise ValueError(f"merge_f1 must be in (0, 1], got {merge_f1!r}")
@@ -645,26 +714,64 @@ def question_masses(
     merge_f1: float = 0.8,
 ) -> tuple[list[str], list[Mass]]:
     """The frame and one mass function per source for one question: the passages'
-    evaluations in retrieval order, then ``extra_sources`` (e.g. the closed-book source
-    of :func:`closed_book_evaluation`; None entries are skipped).
+    evaluations in the order given (the fold order, :func:`fold_order`), then
+    ``extra_sources`` (the
+    closed-book source of :func:`closed_book_evaluation`; None entries are skipped).
+
+    Extra sources join only when at least one passage gives evidence: with every passage
+    irrelevant, a closed-book claim would be the sole support of whatever is answered.
+    Their values go through the same alignment as the passages' (:func:`align_claims`),
+    after them, so the passages' claims keep their indices (the first
+    :func:`passage_claim_count` claims of the frame).
 
     Choice: only sources with positive evidence put a claim into the frame. A value
     scored 0 supports nothing, and a claim nobody supports would still enlarge M and so
     raise every source's vacuity u = M / S (Eq. 4).
     """
-    sources = [e for e in (*evaluations, *extra_sources) if e is not None]
+    frame, vectors = _question_evidence(evaluations, extra_sources, merge_f1)
+    return frame, [from_evidence(v) for v in vectors]
+
+
+def question_evidence(
+    evaluations: Sequence[Evaluation],
+    extra_sources: Iterable[Evaluation | None] = (),
+    merge_f1: float = 0.8,
+) -> tuple[list[str], list[np.ndarray]]:
+    """As :func:`question_masses`, but the evidence vectors (for :func:`average_evidence`)."""
+    return _question_evidence(evaluations, extra_sources, merge_f1)
+
+
+def _question_evidence(
+    evaluations: Sequence[Evaluation],
+    extra_sources: Iterable[Evaluation | None],
+    merge_f1: float,
+) -> tuple[list[str], list[np.ndarray]]:
+    extra = [e for e in extra_sources if e is not None]
+    if not any(_gives_evidence(e) for e in evaluations):
+        extra = []
+    sources = [*evaluations, *extra]
     values = [e.value if _gives_evidence(e) else "" for e in sources]
     frame, index = align_claims(values, merge_f1)
-    vectors = evidence_vectors(sources, index, len(frame))
-    return frame, [from_evidence(v) for v in vectors]
+    return frame, evidence_vectors(sources, index, len(frame))
+
+
+def passage_claim_count(evaluations: Sequence[Evaluation], merge_f1: float = 0.8) -> int:
+    """How many claims the passages alone put into the frame: with extra sources appended,
+    claims at an index >= this count are supported by an extra source only."""
+    values = [e.value if _gives_evidence(e) else "" for e in evaluations]
+    return len(align_claims(values, merge_f1)[0])
 
 
 def closed_book_evaluation(
     cb_answer: str | None, cb_confidence: float | None, decision: str | None
 ) -> Evaluation | None:
-    """The closed-book (CB) pass as one more evidence source (the EVID+CB variant), so a
-    lone misleading passage meets the model's own, opposing claim (conflict) instead of
-    being the only evidence.
+    """The closed-book (CB) pass as one more evidence source (the EVID+CB variant, ours), so
+    a lone misleading passage meets the model's own, opposing claim (conflict) instead of
+    being the only evidence. It is folded in last, after every passage: EVID+CB's state
+    is EVID's fused passages combined once with the CB mass. It may add conflict, but it
+    never is the sole support of a direct answer (:func:`question_masses` leaves it out
+    when no passage gives evidence; :func:`guarded_route` keeps a claim that only it
+    supports from the direct route).
 
     Evidence = round(10 * confidence / 100), rounding halves up (Choice: Python's
     round() would send 45 to 4 and 55 to 6). None when the CB pass abstained, failed
@@ -707,6 +814,26 @@ def route(u_global: float, tau1: float = TAU1, tau2: float = TAU2) -> Route:
     if u_global < tau2:
         return "conflict_aware"
     return "abstain"
+
+
+def guarded_route(
+    frame: Sequence[str],
+    b: Sequence[float] | np.ndarray,
+    u_global: float,
+    tau1: float = TAU1,
+    tau2: float = TAU2,
+    passage_claims: int | None = None,
+) -> Route:
+    """Eq. 15, except that a direct route whose top claim no passage supports (its index is
+    ``passage_claims`` or more: the closed-book source alone) becomes conflict-aware: the
+    passages and the model's memory disagree, and memory alone never makes a direct
+    answer (EVID+CB, ours). ``passage_claims`` None: every claim comes from a passage."""
+    chosen = route(u_global, tau1, tau2)
+    top = _top_claim(frame, np.asarray(b, dtype=float))
+    if chosen == "direct" and passage_claims is not None and top is not None:
+        if top >= passage_claims:
+            return "conflict_aware"
+    return chosen
 
 
 ROUTE_SYSTEM = (
@@ -803,55 +930,80 @@ def evid_confidence(b: Sequence[float] | np.ndarray) -> float:
     return float(min(max(float(b.max()) * 100.0, 0.0), 100.0))
 
 
+def selected_claim(frame: Sequence[str], b: Sequence[float] | np.ndarray) -> str | None:
+    """The answer Eq. 27 scores: the highest-mass claim (ties: first in the frame); None
+    without any supported claim."""
+    top = _top_claim(frame, np.asarray(b, dtype=float))
+    return None if top is None else frame[top]
+
+
 def decide(
     frame: Sequence[str],
     b: Sequence[float] | np.ndarray,
     u: float,
     tau1: float = TAU1,
     tau2: float = TAU2,
+    passage_claims: int | None = None,
 ) -> dict[str, Any]:
-    """Route and decision of one question from its fused mass.
+    """Route (:func:`guarded_route`) and decision of one question from its fused mass.
 
     direct -> answer the highest-mass claim with confidence :func:`evid_confidence`;
-    conflict_aware and abstain -> abstain, answer "", confidence 0.
+    conflict_aware and abstain -> abstain, answer "", confidence 0. Every route also
+    gives ``fused_confidence`` (Eq. 27 on the 0-100 scale) and ``selected_claim`` (the
+    highest-mass claim, None without one): EvidentialRAG's ECE (Eq. 26) scores them on
+    every row, abstentions included.
 
     Choice: an abstention gets confidence 0, GRAB-RAG's convention for a rule-made
-    abstention (P3/P4), so AURC/ECE treat every policy's abstentions alike; Eq. 27's
-    max singleton mass is the confidence of an answer.
+    abstention (P3/P4), so GRAB-RAG's AURC/ECE treat every policy's abstentions alike.
     """
     b = np.asarray(b, dtype=float)
     if len(frame) != b.size:
         raise ValueError(f"{len(frame)} claims but {b.size} fused masses")
-    chosen = route(u, tau1, tau2)
+    chosen = guarded_route(frame, b, u, tau1, tau2, passage_claims)
     top = _top_claim(frame, b)
+    scored = {"fused_confidence": evid_confidence(b), "selected_claim": selected_claim(frame, b)}
     if chosen == "direct" and top is not None:
         return {
             "route": chosen,
             "decision": "answer",
             "answer": frame[top],
             "confidence": evid_confidence(b),
+            **scored,
         }
     # A direct route without a supported claim cannot happen (u < tau1 <= 1 needs
     # singleton mass); it would abstain rather than answer an arbitrary claim.
-    return {"route": chosen, "decision": "abstain", "answer": "", "confidence": 0.0}
+    return {"route": chosen, "decision": "abstain", "answer": "", "confidence": 0.0, **scored}
 
 
-def _no_routing(frame: Sequence[str], b: np.ndarray) -> dict[str, Any]:
+def _no_routing(
+    frame: Sequence[str], b: np.ndarray, passage_claims: int | None = None
+) -> dict[str, Any]:
     """The "without dynamic routing" ablation: always answer the highest-mass claim.
 
     Choice: with no supported claim (empty frame, or all fused singleton mass zero after
-    a total Dempster conflict) there is nothing to answer, so it abstains."""
+    a total Dempster conflict) there is nothing to answer, so it abstains; a top claim
+    that only the closed-book source supports (EVID+CB) is not answered either."""
     top = _top_claim(frame, b)
-    if top is None:
-        return {"route": "abstain", "decision": "abstain", "answer": "", "confidence": 0.0}
+    scored = {"fused_confidence": evid_confidence(b), "selected_claim": selected_claim(frame, b)}
+    if top is None or (passage_claims is not None and top >= passage_claims):
+        return {
+            "route": "abstain",
+            "decision": "abstain",
+            "answer": "",
+            "confidence": 0.0,
+            **scored,
+        }
     return {
         "route": "direct",
         "decision": "answer",
         "answer": frame[top],
         "confidence": evid_confidence(b),
+        **scored,
     }
 
 
+# The default grids of the sweep (config: evidential.lambda_grid / tau_grid); the
+# configured lambda and (tau1, tau2) are added when they are not on them.
 SWEEP_LAMS: tuple[float | None, ...] = (None, 0.0, 0.3, 0.6, 1.0)
 SWEEP_TAUS: tuple[tuple[float, float], ...] = ((0.2, 0.5), (0.35, 0.65), (0.5, 0.8))
 
@@ -859,6 +1011,38 @@ SWEEP_TAUS: tuple[tuple[float, float], ...] = ((0.2, 0.5), (0.35, 0.65), (0.5, 0
 def rule_name(lam: float | None) -> str | float:
     """The sweep's ``rule`` column: "dempster" for lam None, else the lambda value."""
     return "dempster" if lam is None else float(lam)
+
+
+def sweep_grid(
+    lams: Sequence[float | str | None],
+    taus: Sequence[Sequence[float]],
+    lam: float,
+    tau1: float,
+    tau2: float,
+) -> tuple[list[float | None], list[tuple[float, float]]]:
+    """The sweep's lambda and (tau1, tau2) grids from config: "dempster" (or None) is the
+    normalised Dempster rule; the configured ``lam`` and ``(tau1, tau2)`` are appended
+    when the grids lack them, so the configured setting always has its rows."""
+    grid: list[float | None] = []
+    for value in lams:
+        entry = None if value in (None, "dempster") else float(value)
+        if entry is not None and not 0.0 <= entry <= 1.0:
+            raise ValueError(f"lambda grid values must be in [0, 1] or 'dempster', got {value!r}")
+        if entry not in grid:
+            grid.append(entry)
+    if float(lam) not in grid:
+        grid.append(float(lam))
+    pairs: list[tuple[float, float]] = []
+    for pair in taus:
+        if len(pair) != 2:
+            raise ValueError(f"tau grid entries are (tau1, tau2) pairs, got {pair!r}")
+        a, b = float(pair[0]), float(pair[1])
+        _check_taus(a, b)
+        if (a, b) not in pairs:
+            pairs.append((a, b))
+    if (float(tau1), float(tau2)) not in pairs:
+        pairs.append((float(tau1), float(tau2)))
+    return grid, pairs
 
 
 def sweep(
@@ -870,16 +1054,18 @@ def sweep(
     merge_f1: float = 0.8,
 ) -> list[dict[str, Any]]:
     """Decision rows of the lambda x tau grid (Tables 9-10) and the ablations (Table 12),
-    from stored evaluations only.
+    from stored evaluations only (each question's in fold order).
 
     Per question: one ``variant="evid"`` row per (rule, tau pair) with rule "dempster"
     (lam None) or the lambda value; one ``variant="no_fusion"`` row per tau pair (rule
-    "average": :func:`average_masses` instead of fusion); one ``variant="no_routing"``
-    row (fused at ``ablation_lam``, always answers; tau1/tau2 None). Every row has qid,
-    variant, rule, tau1, tau2, route, decision, answer, confidence, u_global, n_claims
-    and mean_conflict (Eq. 14, the same for every row of a question).
-    ``extra_sources_by_qid`` adds sources per question (EVID+CB); ``merge_f1`` is the
-    claim-alignment threshold (:func:`align_claims`).
+    "average": :func:`average_evidence` of the sources' evidence vectors instead of
+    fusion); one ``variant="no_routing"`` row (fused at ``ablation_lam``, always answers;
+    tau1/tau2 None). Every row has qid, variant, rule, tau1, tau2, route, decision,
+    answer, confidence, fused_confidence, selected_claim, u_global, n_claims and
+    mean_conflict (Eq. 14, the same for every row of a question).
+    ``extra_sources_by_qid`` adds sources per question (EVID+CB: routed with
+    :func:`guarded_route`); ``merge_f1`` is the claim-alignment threshold
+    (:func:`align_claims`).
     """
     for lam in lams:
         if lam is not None and not 0.0 <= lam <= 1.0:
@@ -888,22 +1074,24 @@ def sweep(
         _check_taus(tau1, tau2)
     rows: list[dict[str, Any]] = []
     for qid, evaluations in evaluations_by_qid.items():
-        extra = (extra_sources_by_qid or {}).get(qid, ())
-        frame, masses = question_masses(evaluations, extra, merge_f1)
+        extra = list((extra_sources_by_qid or {}).get(qid, ()))
+        frame, vectors = question_evidence(evaluations, extra, merge_f1)
+        masses = [from_evidence(v) for v in vectors]
+        supported = passage_claim_count(evaluations, merge_f1) if extra else None
         shared = {"n_claims": len(frame), "mean_conflict": mean_pairwise_conflict(masses)}
         for lam in lams:
             b, u = fuse(masses, lam)
             for tau1, tau2 in taus:
-                decision = decide(frame, b, u, tau1, tau2)
+                decision = decide(frame, b, u, tau1, tau2, supported)
                 rows.append(
                     _sweep_row(qid, "evid", rule_name(lam), tau1, tau2, decision, u, shared)
                 )
-        b, u = average_masses(masses)
+        b, u = average_evidence(vectors)
         for tau1, tau2 in taus:
-            decision = decide(frame, b, u, tau1, tau2)
+            decision = decide(frame, b, u, tau1, tau2, supported)
             rows.append(_sweep_row(qid, "no_fusion", "average", tau1, tau2, decision, u, shared))
         b, u = fuse(masses, ablation_lam)
-        decision = _no_routing(frame, b)
+        decision = _no_routing(frame, b, supported)
         rows.append(
             _sweep_row(qid, "no_routing", float(ablation_lam), None, None, decision, u, shared)
         )
@@ -930,6 +1118,8 @@ def _sweep_row(
         "decision": decision["decision"],
         "answer": decision["answer"],
         "confidence": decision["confidence"],
+        "fused_confidence": decision["fused_confidence"],
+        "selected_claim": decision["selected_claim"],
         "u_global": u_global,
         **shared,
     }

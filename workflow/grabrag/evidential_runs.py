@@ -10,9 +10,10 @@ a stub and loads no model itself.
 Stored files (``results/evidential/<model>/<dataset>/<condition>/``):
 
 * ``evaluations.jsonl``: one row per question: ``qid, index, condition, evaluations``
-  (one entry per passage, in context order: ``position, pid, role, claim, value, stance,
-  rationale, evidence, status, raw, finish_reason, prompt_tokens, completion_tokens,
-  seconds``), ``evaluator_seconds`` and ``evaluator_passes``.
+  (one entry per passage, in fold order (:func:`grabrag.evidential.fold_order`):
+  ``position`` (in the context), ``fold_rank`` (1 = folded first), ``pid, role, claim,
+  value, stance, rationale, evidence, status, raw, finish_reason, prompt_tokens,
+  completion_tokens, seconds``), ``evaluator_seconds`` and ``evaluator_passes``.
 * ``EVID.jsonl`` / ``EVID_CB.jsonl``: one row per question (:func:`evidential_row`).
 
 LLM-call accounting (EvidentialRAG section 3.6, Table 11): a question with k passages
@@ -21,9 +22,10 @@ the k evaluator decisions as one batched pass; llama-cpp-python cannot batch sev
 sequences in one call, so here they run back to back (sharing the KV cache of their
 common prefix: system message, question, rules) and are counted as k executed passes:
 ``executed_passes`` = k + 1. EVID_CB adds the closed-book (CB) answer as one more
-evidence source; the CB pass is the generation stage's existing ``Qclosed/CB`` cell,
-shared with P3 and P4, so it adds no logical decision and no executed pass here (its
-latency is reported on its own in the efficiency summary).
+evidence source: its CB pass is one more logical decision and executed pass (k + 2), and
+its latency is part of EVID_CB's seconds per query, although the pass itself is the
+generation stage's ``Qclosed/CB`` cell (shared with P3 and P4, and run once per question
+for every condition).
 """
 
 from __future__ import annotations
@@ -87,6 +89,17 @@ def add_to_inventory(inventory: list[str], evaluation: E.Evaluation) -> None:
         inventory.append(evaluation.value.strip())
 
 
+def folded_evaluations(evaluation_row: Mapping[str, Any]) -> list[E.Evaluation]:
+    """The stored evaluations of one question in fold order (by ``fold_rank``)."""
+    entries = evaluation_row["evaluations"]
+    if any("fold_rank" not in e for e in entries):
+        raise DataError(
+            f"qid {evaluation_row.get('qid')}: evaluations without a fold_rank were written "
+            "in context order by an older version; rerun evidential_evaluate"
+        )
+    return [stored_evaluation(e) for e in sorted(entries, key=lambda e: e["fold_rank"])]
+
+
 def stored_evaluation(entry: Mapping[str, Any]) -> E.Evaluation:
     """An :class:`evidential.Evaluation` back from a stored entry."""
     return E.Evaluation(
@@ -102,17 +115,21 @@ def stored_evaluation(entry: Mapping[str, Any]) -> E.Evaluation:
 def evaluate_question(
     complete: Complete, row: Mapping[str, Any], max_tokens: int
 ) -> dict[str, Any]:
-    """Evaluate every passage of one context row, in context order (k calls back to back;
-    the inventory grows as claims are found)."""
+    """Evaluate every passage of one context row in fold order
+    (:func:`grabrag.evidential.fold_order`; k calls back to back; the inventory grows as
+    claims are found), so a permuted context gives the same calls."""
     inventory: list[str] = []
     entries = []
-    for position, passage in enumerate(row["passages"], start=1):
+    passages = row["passages"]
+    for rank, i in enumerate(E.fold_order(row["question"], passages), start=1):
+        passage = passages[i]
         messages = E.evaluator_messages(row["question"], evaluator_passage(passage), inventory)
         result = complete(messages, E.EVALUATOR_GRAMMAR, max_tokens)
         evaluation = E.parse_evaluation(result["raw"], result["finish_reason"])
         entries.append(
             {
-                "position": position,
+                "position": i + 1,
+                "fold_rank": rank,
                 "pid": passage.get("pid"),
                 "role": passage.get("role"),
                 "claim": evaluation.claim,
@@ -236,12 +253,15 @@ def question_state(
     merge_f1: float,
 ) -> dict[str, Any]:
     """Frame, fused masses (Eqs. 7-13), mean pairwise conflict (Eq. 14) and route (Eq. 15)
-    of one question from its stored evaluations (+ ``extra``, the CB source of EVID_CB)."""
-    evaluations = [stored_evaluation(e) for e in evaluation_row["evaluations"]]
+    of one question from its stored evaluations in fold order (+ ``extra``, the CB source
+    of EVID_CB, folded last and kept from being a direct answer's sole support:
+    :func:`grabrag.evidential.guarded_route`)."""
+    evaluations = folded_evaluations(evaluation_row)
     frame, masses = E.question_masses(evaluations, [extra], merge_f1)
     b, u = E.fuse(masses, lam)
+    supported = E.passage_claim_count(evaluations, merge_f1) if extra is not None else None
     return {
-        "route": E.route(u, tau1, tau2),
+        "route": E.guarded_route(frame, b, u, tau1, tau2, supported),
         "u_global": float(u),
         "frame": list(frame),
         "fused_b": [float(x) for x in b],
@@ -327,12 +347,16 @@ def evidential_row(
     variant: str,
     state: Mapping[str, Any],
     result: Mapping[str, Any],
+    cb_row: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One EVID / EVID_CB row: the fused state, the generator's parsed output and the
-    call accounting (module docstring)."""
+    call accounting (module docstring; ``cb_row``: EVID_CB's closed-book row)."""
     parsed = parse_output(result["raw"], result["finish_reason"])
     k = int(evaluation_row["evaluator_passes"])
     evaluator_seconds = float(evaluation_row["evaluator_seconds"])
+    cb_passes = 1 if variant == EVID_CB else 0
+    cb_seconds = float((cb_row or {}).get("seconds") or 0.0) if cb_passes else 0.0
+    seconds = evaluator_seconds + float(result["seconds"]) + cb_seconds
     return {
         "qid": context_row["qid"],
         "index": context_row["index"],
@@ -350,10 +374,12 @@ def evidential_row(
         "completion_tokens": result["completion_tokens"],
         "generator_seconds": result["seconds"],
         "evaluator_seconds": evaluator_seconds,
-        "seconds": round(evaluator_seconds + float(result["seconds"]), 3),
+        "cb_seconds": cb_seconds,
+        "seconds": round(seconds, 3),
         "evaluator_passes": k,
-        "logical_decisions": k + 1,
-        "executed_passes": k + 1,
+        "cb_passes": cb_passes,
+        "logical_decisions": k + 1 + cb_passes,
+        "executed_passes": k + 1 + cb_passes,
     }
 
 
@@ -394,7 +420,7 @@ def run_generation(
                     row, evaluations[qid], cb.get(qid), variant, settings
                 )
                 result = complete(messages, None, None)
-                out = evidential_row(row, evaluations[qid], variant, state, result)
+                out = evidential_row(row, evaluations[qid], variant, state, result, cb.get(qid))
                 done[(qid, variant)] = out
                 append_checkpoint_row(handle, out)
                 if progress:
@@ -449,7 +475,10 @@ SWEEP_COLUMNS = (
     "abstain_rate",
     "em",
     "f1",
-    "ece_15",
+    "ece_answer_15",
+    "route_direct",
+    "route_conflict_aware",
+    "route_abstain",
     "refusal_precision",
     "refusal_recall",
     "refusal_f1",
@@ -471,14 +500,18 @@ def sweep_table(
     merge_f1: float = 0.8,
 ) -> list[dict[str, Any]]:
     """The lambda x tau grid and the ablations (:func:`evidential.sweep`) for EVID and (with
-    ``cb_rows``) EVID_CB, aggregated per setting and condition, from stored evaluations.
+    ``cb_rows``) EVID_CB, aggregated per setting and condition, from stored evaluations
+    (each question's in fold order).
 
     ``evaluations``: condition -> evaluation rows; ``gold``: condition -> qid -> gold
     aliases. A sweep decision answers with the top fused claim (no generator call).
     One row per (policy, variant, rule, tau1, tau2, condition) with n, answered,
     answer_rate, abstain_rate, EM, F1 (vs gold; at should-abstain conditions EM/F1 are
-    still reported) and 15-bin ECE (correct = EM 1 at Q100/Q50, abstention at
-    Q0/QC/QX); then one ``pooled`` row per setting over every condition with the refusal
+    still reported), ``ece_answer_15`` (EvidentialRAG's ECE, Eqs. 26-27:
+    :func:`grabrag.metrics.ece_mean` with 15 bins of every row's fused singleton mass of
+    its selected claim, correct = that claim matches a gold alias, routed abstentions
+    included) and the route shares; then one ``pooled`` row per setting over every
+    condition (the same pooled set as the metrics' ``pooled`` rows) with the refusal
     precision / recall / F1 (Eqs. 23-25) and the pooled ECE. NaN values carry a reason.
     """
     cb = {r["qid"]: cb_source(r) for r in cb_rows} if cb_rows is not None else None
@@ -487,7 +520,7 @@ def sweep_table(
     for policy in policies:
         settings: dict[tuple, dict[str, list[dict[str, Any]]]] = {}
         for condition, rows in evaluations.items():
-            by_qid = {r["qid"]: [stored_evaluation(e) for e in r["evaluations"]] for r in rows}
+            by_qid = {r["qid"]: folded_evaluations(r) for r in rows}
             extra = None
             if policy == EVID_CB:
                 missing = [q for q in by_qid if q not in cb]
@@ -511,18 +544,25 @@ def sweep_table(
 
 
 def _ece(pairs: Sequence[tuple[float, int]]) -> M.Value:
-    return M.ece([c for c, _ in pairs], [y for _, y in pairs], ECE_BINS)
+    return M.ece_mean([c for c, _ in pairs], [y for _, y in pairs], ECE_BINS)
 
 
-def _scored(
-    condition: str, decisions: Sequence[Mapping[str, Any]], gold: Mapping[str, Sequence[str]]
-):
+def _scored(decisions: Sequence[Mapping[str, Any]], gold: Mapping[str, Sequence[str]]):
+    """(Eq. 27 confidence, selected claim correct) of every decision row."""
     pairs = []
     for row in decisions:
-        y = M.row_correct(row, gold[row["qid"]], condition)
-        if y is not None:
-            pairs.append((float(row["confidence"]), y))
+        pair = M.selected_answer_score(row, gold[row["qid"]])
+        if pair is not None:
+            pairs.append(pair)
     return pairs
+
+
+def _route_shares(decisions: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    n = len(decisions)
+    return {
+        f"route_{route}": (sum(r["route"] == route for r in decisions) / n if n else math.nan)
+        for route in E.ROUTES
+    }
 
 
 def _aggregate(
@@ -530,7 +570,7 @@ def _aggregate(
 ) -> dict[str, Any]:
     n = len(decisions)
     answered = sum(M.answered(r) for r in decisions)
-    ece = _ece(_scored(condition, decisions, gold))
+    ece = _ece(_scored(decisions, gold))
     return {
         "condition": condition,
         "n": n,
@@ -539,7 +579,8 @@ def _aggregate(
         "abstain_rate": sum(M.abstained(r) for r in decisions) / n if n else math.nan,
         "em": float(M.em_rate(decisions, gold)),
         "f1": float(M.f1_rate(decisions, gold)),
-        "ece_15": float(ece),
+        "ece_answer_15": float(ece),
+        **_route_shares(decisions),
         "refusal_precision": math.nan,
         "refusal_recall": math.nan,
         "refusal_f1": math.nan,
@@ -554,7 +595,7 @@ def _pooled(
     rows = [r for decisions in by_condition.values() for r in decisions]
     n = len(rows)
     answered = sum(M.answered(r) for r in rows)
-    pairs = [p for c, decisions in by_condition.items() for p in _scored(c, decisions, gold[c])]
+    pairs = [p for c, decisions in by_condition.items() for p in _scored(decisions, gold[c])]
     ece = _ece(pairs)
     refusal = M.refusal_scores(by_condition)
     reasons = [v.reason for v in (*refusal.values(), ece) if v.reason]
@@ -566,7 +607,8 @@ def _pooled(
         "abstain_rate": sum(M.abstained(r) for r in rows) / n if n else math.nan,
         "em": math.nan,
         "f1": math.nan,
-        "ece_15": float(ece),
+        "ece_answer_15": float(ece),
+        **_route_shares(rows),
         **{metric: float(value) for metric, value in refusal.items()},
         "reason": "; ".join(dict.fromkeys(reasons)) or None,
     }
@@ -592,7 +634,9 @@ def efficiency_summary(
     ``p1_rows``: P1 generation rows of every condition; ``evidential_rows``: variant ->
     EVID / EVID_CB rows of every condition; ``cb_rows``: the CB cell; ``job_reports``:
     the evidential_evaluate / evidential_generate reports (``peak_memory_mb``).
-    seconds_per_query: P1's generation call; EVID's evaluator calls + its generator call.
+    seconds_per_query: P1's generation call; EVID's evaluator calls + its generator call;
+    EVID_CB's also its closed-book pass (each row's ``cb_seconds``). ``cb_rows`` is kept
+    for the callers; the CB latency is read from the EVID_CB rows.
     relative_cost = latency / P1 latency (Eq. 28). Peak memory is the largest resident
     set of the EvidentialRAG jobs (host memory: ru_maxrss; GPU memory is not measured);
     the P1 generation jobs do not record theirs.
@@ -605,28 +649,30 @@ def efficiency_summary(
             "seconds_per_query": p1_seconds,
             "evaluator_seconds_per_query": 0.0,
             "generator_seconds_per_query": p1_seconds,
+            "closed_book_seconds_per_query": 0.0,
             "logical_decisions": 1.0,
             "executed_passes": 1.0,
             "peak_memory_mb": None,
             "relative_cost": 1.0 if p1_seconds > 0 else math.nan,
         }
     }
-    cb_seconds = _mean([float(r["seconds"]) for r in cb_rows])
     for variant, rows in evidential_rows.items():
+        # EVID_CB rows count their closed-book pass (evidential_row): seconds, cb_seconds,
+        # logical_decisions and executed_passes include it.
         seconds = _mean([float(r["seconds"]) for r in rows])
-        entry = {
+        policies[variant] = {
             "queries": len(rows),
             "seconds_per_query": seconds,
             "evaluator_seconds_per_query": _mean([float(r["evaluator_seconds"]) for r in rows]),
             "generator_seconds_per_query": _mean([float(r["generator_seconds"]) for r in rows]),
+            "closed_book_seconds_per_query": _mean(
+                [float(r.get("cb_seconds") or 0.0) for r in rows]
+            ),
             "logical_decisions": _mean([float(r["logical_decisions"]) for r in rows]),
             "executed_passes": _mean([float(r["executed_passes"]) for r in rows]),
             "peak_memory_mb": None if math.isnan(peak) else peak,
             "relative_cost": seconds / p1_seconds if p1_seconds > 0 else math.nan,
         }
-        if variant == EVID_CB:
-            entry["reused_cb_seconds_per_query"] = cb_seconds
-        policies[variant] = entry
     policies = {
         name: {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in entry.items()}
         for name, entry in policies.items()
@@ -638,9 +684,10 @@ def efficiency_summary(
             "shared prefix, so its latency is that of a warm prefix.",
             "EVID's k evaluator calls run back to back (llama-cpp-python cannot batch "
             "sequences): executed_passes = k + 1, not the paper's 2 batched passes.",
-            "EVID_CB reuses the generation stage's closed-book pass (shared with P3/P4): it "
-            "adds no logical decision or executed pass here; its mean latency is "
-            "reused_cb_seconds_per_query, not included in seconds_per_query.",
+            "EVID_CB counts its closed-book pass as one more logical decision and executed "
+            "pass (k + 2) and adds its mean latency (closed_book_seconds_per_query) to "
+            "seconds_per_query; the pass is the generation stage's closed-book cell, "
+            "shared with P3/P4 and run once per question for every condition.",
             "peak_memory_mb is the host resident set (ru_maxrss) of the EvidentialRAG jobs; "
             "GPU memory is not measured.",
         ],

@@ -60,6 +60,15 @@ FIGURES = (
 LAMBDA_TICKS = (("dempster", "Dempster"), ("0", "0"), ("0.3", "0.3"), ("0.6", "0.6"), ("1", "1.0"))
 
 
+def lambda_ticks(rules: Any) -> list[tuple[str, str]]:
+    """(rule, label) of the sweep's fusion rules: Dempster first, then lambda ascending
+    (the grid is configurable: evidential.lambda_grid)."""
+    present = {str(r) for r in rules} - {"average"}
+    numbers = sorted((r for r in present if r != "dempster"), key=float)
+    ticks = [("dempster", "Dempster")] if "dempster" in present else []
+    return ticks + [(r, f"{float(r):g}" if r != "1" else "1.0") for r in numbers]
+
+
 def save(fig: Any, stem: str | Path) -> None:
     """Write stem.pdf and stem.png atomically."""
     stem = Path(stem)
@@ -350,7 +359,8 @@ def lambda_sweep_figure(sweep: pd.DataFrame, lam: float, tau1: float, tau2: floa
     fig, axes = plt.subplots(
         1, len(models), figsize=(4.2 * len(models), 3.4), squeeze=False, sharey=True
     )
-    x = list(range(len(LAMBDA_TICKS)))
+    ticks_named = lambda_ticks(chosen.rule) if len(chosen) else list(LAMBDA_TICKS)
+    x = list(range(len(ticks_named)))
     styles = (("QC", "-o", "HwSA@QC"), ("QX", "--s", "HwSA@QX"), ("Q100", ":^", "Ans@Q100"))
     default = f"{float(lam):g}"
     for ax, model in zip(axes[0], models, strict=True):
@@ -364,7 +374,7 @@ def lambda_sweep_figure(sweep: pd.DataFrame, lam: float, tau1: float, tau2: floa
                     rows[rows.condition == condition]
                     .groupby("rule")["answer_rate"]
                     .mean()
-                    .reindex([rule for rule, _ in LAMBDA_TICKS])
+                    .reindex([rule for rule, _ in ticks_named])
                 )
                 if means.isna().all():
                     continue
@@ -375,10 +385,10 @@ def lambda_sweep_figure(sweep: pd.DataFrame, lam: float, tau1: float, tau2: floa
                     color=colour,
                     label=f"{POLICY_NAMES[policy]} {label}",
                 )
-        ticks = [rule for rule, _ in LAMBDA_TICKS]
+        ticks = [rule for rule, _ in ticks_named]
         if default in ticks:
             ax.axvline(ticks.index(default), color="0.6", linestyle=":", zorder=0)
-        ax.set_xticks(x, [name for _, name in LAMBDA_TICKS])
+        ax.set_xticks(x, [name for _, name in ticks_named])
         ax.set_xlabel("fusion rule (lambda; dotted: configured)")
         ax.set_ylim(-2, 102)
         ax.set_title(model, fontsize=9)

@@ -550,7 +550,8 @@ def ece(confidence: Sequence[float], correct: Sequence[int | bool], n_bins: int 
     """ECE (Appendix A), bin-midpoint form: confidence rescaled from 0-100 to [0, 1],
     ``n_bins`` equal-width bins (see :func:`ece_bin_index` for edges),
     sum_m |B_m|/n * |acc(B_m) - mid(B_m)|; empty bins contribute 0. No rows gives NaN.
-    n_bins=15 is the EvidentialRAG comparison."""
+    This is GRAB-RAG's ECE (metric ``ece``; ``ece_15`` is the same form with 15 bins).
+    EvidentialRAG's ECE (Eq. 26, the bin's mean confidence) is :func:`ece_mean`."""
     if n_bins < 1:
         raise ValueError("n_bins must be at least 1")
     conf, y = _check_scores(confidence, correct)
@@ -558,6 +559,74 @@ def ece(confidence: Sequence[float], correct: Sequence[int | bool], n_bins: int 
         return Value.undefined("no evaluated rows (none with a parsed decision and confidence)")
     levels, n_at, correct_at = confidence_levels(conf, y)
     return Value(float(ece_from_levels(levels, n_at, correct_at, n_bins)), conf.size)
+
+
+def ece_mean_from_bins(
+    n_at: np.ndarray, correct_at: np.ndarray, confidence_at: np.ndarray
+) -> np.ndarray:
+    """Guo et al.'s ECE from per-bin sums (bins along the last axis; leading axes are
+    independent, e.g. bootstrap resamples): rows, correct rows and the sum of the rows'
+    confidences on the [0, 1] scale in each bin. With acc(B) = C/N and conf(B) = S/N,
+    sum_b N/n * |C/N - S/N| = sum_b |C - S| / n (an empty bin adds 0). NaN without rows."""
+    n_at = np.asarray(n_at, dtype=float)
+    gap = np.abs(np.asarray(correct_at, dtype=float) - np.asarray(confidence_at, dtype=float))
+    total = n_at.sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, gap.sum(axis=-1) / total, np.nan)
+
+
+def ece_bin_sums(
+    confidence: Sequence[float], correct: Sequence[int | bool], n_bins: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, correct rows, summed [0, 1] confidence) in each of ``n_bins`` equal-width
+    bins (edges as :func:`ece_bin_index`); the input of :func:`ece_mean_from_bins`."""
+    conf, y = _check_scores(confidence, correct)
+    bins = ece_bin_index(conf, n_bins)
+    return (
+        np.bincount(bins, minlength=n_bins).astype(float),
+        np.bincount(bins, weights=y, minlength=n_bins),
+        np.bincount(bins, weights=conf / CONFIDENCE_SCALE, minlength=n_bins),
+    )
+
+
+def ece_mean(
+    confidences: Sequence[float], correct: Sequence[int | bool], n_bins: int = 15
+) -> Value:
+    """Expected calibration error as Guo et al. (2017) and EvidentialRAG Eq. 26 define it:
+    ``n_bins`` equal-width bins of [0, 1], each compared at the MEAN confidence of its
+    rows (not its midpoint, unlike GRAB-RAG's :func:`ece`):
+    sum_b |B_b|/n * |acc(B_b) - conf(B_b)|.
+
+    ``confidences`` on the 0-100 scale, ``correct`` 0/1; returns a fraction in [0, 1]
+    (NaN with a reason without rows). Bin edges as :func:`ece_bin_index`. For
+    EvidentialRAG the confidence of a row is the fused singleton mass of its selected
+    answer (Eq. 27) and ``correct`` says whether that answer is right.
+    """
+    if n_bins < 1:
+        raise ValueError("n_bins must be at least 1")
+    conf, y = _check_scores(confidences, correct)
+    if conf.size == 0:
+        return Value.undefined("no evaluated rows (none with a confidence)")
+    return Value(float(ece_mean_from_bins(*ece_bin_sums(conf, y, n_bins))), conf.size)
+
+
+def selected_answer_score(
+    row: Mapping[str, Any], answers: Sequence[str]
+) -> tuple[float, int] | None:
+    """(confidence 0-100, correct 0/1) of one decision row for :func:`ece_mean`: the
+    confidence in the row's selected answer and whether that answer is right (EM).
+
+    EvidentialRAG rows carry ``fused_confidence`` (Eq. 27: 100 x the largest fused
+    singleton mass) and ``selected_claim`` (that claim; None without any claim), for every
+    route: a routed abstention still has a selected answer and its mass. Other rows
+    (naive RAG, P1) use their own confidence and answer: an abstention has no selected
+    answer, so it is not correct. None for a row without a confidence (unparseable)."""
+    if "fused_confidence" in row:
+        claim = row.get("selected_claim")
+        return float(row["fused_confidence"]), int(bool(claim) and exact_match(claim, answers) == 1)
+    if parse_failed(row) or row.get("confidence") is None:
+        return None
+    return float(row["confidence"]), int(row_em(row, answers) == 1.0)
 
 
 def risk_coverage(

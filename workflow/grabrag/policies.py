@@ -60,7 +60,11 @@ NLI row); a missing one is a DataError naming the qids and the kind of file.
 
   The confidence of an answer is Eq. 27 on the 0-100 scale
   (:func:`grabrag.evidential.evid_confidence`: 100 x the largest fused singleton mass),
-  not the generator's self-reported one. On the conflict-aware and abstain routes the
+  not the generator's self-reported one. Every EVID row, whatever its route, also
+  carries ``fused_confidence`` (Eq. 27) and ``selected_claim`` (the highest-mass claim,
+  None without one), which EvidentialRAG's ECE (Eq. 26,
+  :func:`grabrag.metrics.ece_mean`) scores; ``confidence`` keeps GRAB-RAG's convention
+  (0 for an abstention) for GRAB-RAG's own AURC/ECE. On the conflict-aware and abstain routes the
   generator was told to abstain, so its output (parsed or not) does not change the
   decision.
 
@@ -79,7 +83,7 @@ from typing import Any
 
 from . import cdd_runs
 from .errors import DataError
-from .evidential import ROUTES, evid_confidence
+from .evidential import ROUTES, evid_confidence, selected_claim
 from .metrics import token_f1
 
 POLICIES = ("P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB", *cdd_runs.FAMILY)
@@ -405,7 +409,14 @@ def evidential_decision(row: Mapping[str, Any], policy: str) -> dict[str, Any]:
     route = row["route"]
     if route not in ROUTES:
         raise DataError(f"{label} row for qid {qid}: unknown route {route!r}")
-    extra = {"route": route, "u_global": row.get("u_global")}
+    frame = row.get("frame") or []
+    extra = {
+        "route": route,
+        "u_global": row.get("u_global"),
+        # Eq. 27 on every route (EvidentialRAG's ECE scores routed abstentions too).
+        "fused_confidence": evid_confidence(row["fused_b"]),
+        "selected_claim": selected_claim(frame, row["fused_b"]) if frame else None,
+    }
     if route == "conflict_aware":
         return _abstain(row, policy, CONFLICT_AWARE, **extra)
     if route == "abstain":

@@ -514,21 +514,45 @@ def _decimals(value: float, digits: int = 3) -> str:
     return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
+EVID_ECE = "ECE Eq. 26-27 (15 bins)"
+GRAB_ECE_15 = "GRAB-RAG ECE-15 (bin midpoints, behaviour)"
+ROUTE_COLUMNS = (
+    ("route_direct", "direct %"),
+    ("route_conflict_aware", "conflict-aware %"),
+    ("route_abstain", "abstain route %"),
+)
+
+
+def _routes(get: Callable[..., Any], key: tuple[str, str, str], condition: str) -> dict[str, str]:
+    model, dataset, policy = key
+    return {
+        label: ""
+        if (row := get(model, dataset, policy, condition, metric)) is None
+        else pct(_value(row))
+        for metric, label in ROUTE_COLUMNS
+    }
+
+
 def table_evid_results(metrics: pd.DataFrame) -> pd.DataFrame:
     """Per cell, policy and condition: HwSA at should-abstain conditions, FAC and the answer
-    rate at should-answer ones, 15-bin ECE; then one ``pooled`` row per cell and policy with
-    refusal precision / recall / F1 over every condition (R = abstained, U = Q0/QC/QX)."""
+    rate at should-answer ones, the route shares (EVID / EVID+CB), EvidentialRAG's ECE
+    (Eqs. 26-27: P1 and EVID / EVID+CB) and, in its own column, GRAB-RAG's 15-bin
+    midpoint ECE; then one ``pooled`` row per cell and policy over every condition (QX
+    included) with refusal precision / recall / F1 (R = abstained, U = Q0/QC/QX), the
+    route shares and EvidentialRAG's pooled ECE."""
     get = _lookup(metrics)
     conditions = [c for c in (*SHOULD_ANSWER, *SHOULD_ABSTAIN) if c in set(metrics.condition)]
     out = []
     for model, dataset in _cells(metrics):
         for policy in _policies(metrics):
+            key = (model, dataset, policy)
             for condition in conditions:
                 rate = get(model, dataset, policy, condition, "answer_rate")
                 if rate is None:
                     continue
                 should_abstain = condition in SHOULD_ABSTAIN
                 fac = None if should_abstain else get(model, dataset, policy, condition, "fac")
+                evid_ece = get(model, dataset, policy, condition, "ece_answer_15")
                 out.append(
                     {
                         "model": model,
@@ -539,7 +563,9 @@ def table_evid_results(metrics: pd.DataFrame) -> pd.DataFrame:
                         "HwSA [95% CI]": pct_ci(*_triple(rate)) if should_abstain else "",
                         "FAC [95% CI]": "" if should_abstain else pct_ci(*_triple(fac)),
                         "Ans [95% CI]": "" if should_abstain else pct_ci(*_triple(rate)),
-                        "ECE-15": _decimals(
+                        **_routes(get, key, condition),
+                        EVID_ECE: "" if evid_ece is None else _decimals(_value(evid_ece)),
+                        GRAB_ECE_15: _decimals(
                             _value(get(model, dataset, policy, condition, "ece_15"))
                         ),
                         "Refusal P": "",
@@ -552,6 +578,7 @@ def table_evid_results(metrics: pd.DataFrame) -> pd.DataFrame:
                 continue
             precision = get(model, dataset, policy, "pooled", "refusal_precision")
             recall = get(model, dataset, policy, "pooled", "refusal_recall")
+            evid_ece = get(model, dataset, policy, "pooled", "ece_answer_15")
             out.append(
                 {
                     "model": model,
@@ -562,7 +589,9 @@ def table_evid_results(metrics: pd.DataFrame) -> pd.DataFrame:
                     "HwSA [95% CI]": "",
                     "FAC [95% CI]": "",
                     "Ans [95% CI]": "",
-                    "ECE-15": "",
+                    **_routes(get, key, "pooled"),
+                    EVID_ECE: "" if evid_ece is None else _decimals(_value(evid_ece)),
+                    GRAB_ECE_15: "",
                     "Refusal P": pct_ci(*_triple(precision)),
                     "Refusal R": pct_ci(*_triple(recall)),
                     "Refusal F1": pct_ci(*_triple(f1)),
@@ -589,6 +618,7 @@ def table_evid_efficiency(summaries: Sequence[Mapping[str, Any]]) -> pd.DataFram
                     "s/query": num(entry["seconds_per_query"], 3),
                     "evaluator s/query": num(entry["evaluator_seconds_per_query"], 3),
                     "generator s/query": num(entry["generator_seconds_per_query"], 3),
+                    "closed-book s/query": num(entry.get("closed_book_seconds_per_query"), 3),
                     "logical LLM decisions": num(entry["logical_decisions"], 1),
                     "executed passes": num(entry["executed_passes"], 1),
                     "peak memory (MB)": num(entry["peak_memory_mb"], 0),
@@ -600,7 +630,11 @@ def table_evid_efficiency(summaries: Sequence[Mapping[str, Any]]) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
-LAMBDA_RULES = ("dempster", "0", "0.3", "0.6", "1")
+def _lambda_rules(rules: Sequence[str]) -> list[str]:
+    """The sweep's fusion rules in print order: normalised Dempster, then lambda ascending."""
+    present = set(rules) - {"average"}
+    numbers = sorted((r for r in present if r != "dempster"), key=float)
+    return (["dempster"] if "dempster" in present else []) + numbers
 
 
 def _rule_name(rule: str, default: str | None = None) -> str:
@@ -634,7 +668,9 @@ def _sweep_summary(chosen: pd.DataFrame) -> dict[str, str]:
     out["refusal P"] = pct(mean("pooled", "refusal_precision"))
     out["refusal R"] = pct(mean("pooled", "refusal_recall"))
     out["refusal F1"] = pct(mean("pooled", "refusal_f1"))
-    out["ECE-15"] = _decimals(mean("pooled", "ece_15"))
+    for metric, label in ROUTE_COLUMNS:
+        out[label] = pct(mean("pooled", metric))
+    out[EVID_ECE] = _decimals(mean("pooled", "ece_answer_15"))
     return out
 
 
@@ -653,7 +689,7 @@ def table_evid_lambda_sweep(sweep: pd.DataFrame, lam: float, tau1: float, tau2: 
     default = f"{float(lam):g}"
     rows = []
     for policy in (p for p in POLICIES if p in set(chosen.policy)):
-        for rule in LAMBDA_RULES:
+        for rule in _lambda_rules(chosen.rule.astype(str)):
             part = chosen[(chosen.policy == policy) & (chosen.rule == rule)]
             if not len(part):
                 continue
@@ -689,13 +725,65 @@ def table_evid_tau_sweep(sweep: pd.DataFrame, lam: float, tau1: float, tau2: flo
     return pd.DataFrame(rows)
 
 
-def table_evid_ablation(sweep: pd.DataFrame, lam: float, tau1: float, tau2: float):
-    """Table 12's form: full EVID vs without conflict-preserving fusion (averaging) vs
-    without routing (always answers the top claim), from stored evaluations."""
+def _naive_rag_summary(
+    metrics: pd.DataFrame, cells: set[tuple[str, str]]
+) -> tuple[dict[str, str], int]:
+    """The "without evidential evaluator" row (section 5.9: the system collapses to naive
+    RAG): P1's numbers in :func:`_sweep_summary`'s columns, macro-averaged over the
+    ``cells`` (model, dataset) the sweep covers; also how many cells that is."""
+    in_cells = np.array(
+        [(m, d) in cells for m, d in zip(metrics.model, metrics.dataset, strict=True)], dtype=bool
+    )
+    chosen = metrics[(metrics.policy == "P1").to_numpy() & in_cells]
+    get = _lookup(chosen)
+    per_cell = sorted({(m, d) for m, d in zip(chosen.model, chosen.dataset, strict=True)})
+
+    def mean(condition: str, metric: str) -> float:
+        values = [_value(get(m, d, "P1", condition, metric)) for m, d in per_cell]
+        values = [v for v in values if not math.isnan(v)]
+        return float(np.mean(values)) if values else float("nan")
+
+    def abstain_all(model: str, dataset: str) -> float:
+        rates = [
+            get(model, dataset, "P1", c, "abstain_rate") for c in (*SHOULD_ANSWER, *SHOULD_ABSTAIN)
+        ]
+        rates = [r for r in rates if r is not None and not math.isnan(_value(r))]
+        n = sum(_n(r) for r in rates)
+        return sum(_value(r) * _n(r) for r in rates) / n if n else float("nan")
+
+    abstain = [v for v in (abstain_all(m, d) for m, d in per_cell) if not math.isnan(v)]
+    out = {
+        "Ans@Q100": pct(mean("Q100", "answer_rate")),
+        "EM@Q100": pct(mean("Q100", "em")),
+    }
+    for condition in SHOULD_ABSTAIN:
+        if (chosen.condition == condition).any():
+            out[f"HwSA@{condition}"] = pct(mean(condition, "answer_rate"))
+    out["abstain (all)"] = pct(float(np.mean(abstain)) if abstain else float("nan"))
+    out["refusal P"] = pct(mean("pooled", "refusal_precision"))
+    out["refusal R"] = pct(mean("pooled", "refusal_recall"))
+    out["refusal F1"] = pct(mean("pooled", "refusal_f1"))
+    for _, label in ROUTE_COLUMNS:
+        out[label] = "n/a"
+    out[EVID_ECE] = _decimals(mean("pooled", "ece_answer_15"))
+    return out, len(per_cell)
+
+
+def table_evid_ablation(
+    sweep: pd.DataFrame,
+    lam: float,
+    tau1: float,
+    tau2: float,
+    metrics: pd.DataFrame | None = None,
+):
+    """Table 12's form: full EVID vs without conflict-preserving fusion (evidence
+    averaging) vs without routing (always answers the top claim), from stored evaluations,
+    and (with ``metrics``) without the evidential evaluator, which leaves naive RAG: P1 on
+    the same model x dataset cells, from the metrics."""
     rule = f"{float(lam):g}"
     variants = (
         ("full", "evid", rule, True),
-        ("without conflict-preserving fusion (averaging)", "no_fusion", "average", True),
+        ("without conflict-preserving fusion (evidence averaging)", "no_fusion", "average", True),
         ("without dynamic routing (always answer)", "no_routing", rule, False),
     )
     rows = []
@@ -716,6 +804,48 @@ def table_evid_ablation(sweep: pd.DataFrame, lam: float, tau1: float, tau2: floa
                     **_sweep_summary(part),
                 }
             )
+    if metrics is not None and len(sweep):
+        cells = set(zip(sweep.model, sweep.dataset, strict=True))
+        summary, n_cells = _naive_rag_summary(metrics, cells)
+        if n_cells:
+            rows.append(
+                {
+                    "policy": "P1",
+                    "variant": "without evidential evaluator (naive RAG: P1)",
+                    "cells": n_cells,
+                    **summary,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def table_evid_evaluator(reports: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Table 13's form from the evaluate reports, per model x dataset x condition: the
+    evaluator passes, the schema-valid rate (parsed as generated), the repaired rate (an
+    output cut off by max_tokens, closed), the failed rate (counted as zero evidence) and
+    the zero-evidence rate (failed, irrelevant or scored 0: the passage adds no claim)."""
+    rows = []
+    for report in sorted(reports, key=lambda r: (r["model"], r["dataset"], r["condition"])):
+        passes = int(report["evaluator_passes"])
+        status = report.get("status") or {}
+
+        def share(count: float, base: int = passes) -> str:
+            return pct(count / base) if base else "n/a"
+
+        rows.append(
+            {
+                "model": report["model"],
+                "dataset": report["dataset"],
+                "condition": report["condition"],
+                "evaluator": report.get("evaluator", ""),
+                "questions": int(report["questions"]),
+                "evaluator passes": passes,
+                "schema-valid %": share(status.get("ok", 0)),
+                "repaired %": share(status.get("repaired", 0)),
+                "failed %": share(status.get("failed", 0)),
+                "zero-evidence %": share(passes - int(report["with_evidence"])),
+            }
+        )
     return pd.DataFrame(rows)
 
 

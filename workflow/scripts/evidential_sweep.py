@@ -5,6 +5,7 @@ from pathlib import Path
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
+from grabrag.evidential import sweep_grid
 from grabrag.evidential_runs import SWEEP_COLUMNS, sweep_table
 from grabrag.io import read_jsonl, write_csv
 from grabrag.runner import log, run_rule
@@ -17,10 +18,19 @@ def main(smk):
         Path(p).stem: {r["qid"]: r["answers"] for r in read_jsonl(p)} for p in smk.input.contexts
     }
     fusion = smk.params.fusion
+    lams, taus = sweep_grid(
+        smk.params.grid["lambda_grid"],
+        smk.params.grid["tau_grid"],
+        fusion["lam"],
+        fusion["tau1"],
+        fusion["tau2"],
+    )
     rows = sweep_table(
         evaluations,
         gold,
         read_jsonl(smk.input.cb),
+        lams=lams,
+        taus=taus,
         ablation_lam=fusion["lam"],
         merge_f1=fusion["merge_f1"],
     )

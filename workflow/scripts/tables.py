@@ -84,7 +84,10 @@ def main(smk):
         ),
         "evid_lambda_sweep": lambda: t.table_evid_lambda_sweep(_evid_sweeps(smk), *taus),
         "evid_tau_sweep": lambda: t.table_evid_tau_sweep(_evid_sweeps(smk), *taus),
-        "evid_ablation": lambda: t.table_evid_ablation(_evid_sweeps(smk), *taus),
+        "evid_ablation": lambda: t.table_evid_ablation(_evid_sweeps(smk), *taus, metrics),
+        "evid_evaluator": lambda: t.table_evid_evaluator(
+            [read_json(p) for p in smk.input.evid_evaluate_reports]
+        ),
         "cdd_results": lambda: t.table_cdd_results(metrics, _cdd_diagnostics(smk)),
         "cdd_sensitivity": lambda: t.table_cdd_sensitivity(_cdd_diagnostics(smk)),
         "cdd_ablation": lambda: t.table_cdd_ablation(_cdd_diagnostics(smk)),
