@@ -303,7 +303,8 @@ def run_traces(
     Each finished question is appended to the checkpoint as one line (flushed and
     fsynced); a killed job redoes at most the question in flight, and since each
     question starts from a reset KV cache the result is what an uninterrupted run
-    writes (timing aside). ``fingerprint`` names the settings: checkpoint rows of other
+    writes (timing aside). ``parametric``, ``diagnostics`` and ``gate`` as in
+    :func:`cdd_question`. ``fingerprint`` names the settings: checkpoint rows of other
     settings are not reused. The caller removes the checkpoint once the output is
     written. ``log`` gets one progress line per question."""
     if parametric not in C.PARAMETRIC_SOURCES:
