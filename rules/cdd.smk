@@ -29,7 +29,7 @@ rule cdd_generate:
     params:
         model=lambda wildcards: stable(config["models"][wildcards.model]),
         generation=cdd_generation_settings(),
-        cdd=stable({k: config["cdd"][k] for k in ("parametric", "diagnostics")}),
+        cdd=stable({k: config["cdd"][k] for k in ("parametric", "diagnostics", "gate")}),
         contract=prompt_contract(),
         checkpoint=lambda wildcards: f"{cdd_dir(wildcards)}/.traces_checkpoint.jsonl",
     log:

@@ -37,6 +37,7 @@ rule policy:
         gate_threshold=lambda wildcards: (
             config["cdd"]["gate_threshold"] if wildcards.policy == "CDD_ALPHA" else None
         ),
+        gate=lambda wildcards: config["cdd"]["gate"] if wildcards.policy == "CDD_ALPHA" else None,
     log:
         f"{RESULTS}/logs/policy/{{model}}/{{dataset}}/{{condition}}/{{policy}}.log",
     conda:

@@ -63,6 +63,7 @@ from grabrag.prompts import (
     SYSTEM_CONTEXT,
     context_user_prompt,
 )
+from grabrag.tables import CDD_TYPES
 
 QUESTION = "Where is the Eiffel Tower?"
 CONTEXT = (
@@ -609,23 +610,167 @@ def test_cdd_alpha_routes_by_the_gate() -> None:
     assert cdd_alpha_row(P1_ROW, agreeing)["route"] == "standard"
 
 
+OXFORD, CAMBRIDGE = "University of Oxford", "University of Cambridge"
+
+
+def _judgement(contradict: bool | None, status: str = OK) -> dict[str, Any]:
+    """A stored gate judgement (run_gate's entry), as data."""
+    return {
+        "step": cdd.GATE,
+        "status": status,
+        "origin": "generated",
+        "fields": {"contradict": contradict},
+    }
+
+
+def test_the_model_gate_judges_token_sharing_swaps() -> None:
+    # the lexical score lets a swap that shares tokens through: F1 2/3, score 1/3 < 0.5
+    assert gate_score(OXFORD, CAMBRIDGE) == pytest.approx(1 / 3)
+    assert cdd.gate_route(OXFORD, CAMBRIDGE) == (False, cdd.BASIS_LEXICAL)
+    # the model gate asks for a judgement of that pair and follows it
+    assert cdd.gate_needs_judgement(OXFORD, CAMBRIDGE)
+    yes, no = _judgement(True), _judgement(False)
+    assert cdd.gate_route(OXFORD, CAMBRIDGE, "model", judgement=yes) == (True, "judgement")
+    assert cdd.gate_route(OXFORD, CAMBRIDGE, "model", judgement=no) == (False, "judgement")
+    # a judgement overrides a high lexical score too (different wording of one fact)
+    assert cdd.gate_route("JFK", "John F. Kennedy", "model", judgement=no) == (False, "judgement")
+    # pairs that cannot contradict are decided without a judgement
+    for a, b in (("Paris", ""), ("", "Paris"), ("Paris", "paris."), ("the Paris", "Paris")):
+        assert not cdd.gate_needs_judgement(a, b)
+        assert cdd.gate_route(a, b, "model") == (False, cdd.BASIS_NO_PAIR)
+    # an unparseable judgement falls back to the lexical rule
+    failed = _judgement(None, FAILED)
+    assert cdd.gate_route("Paris", "Lyon", "model", judgement=failed) == (True, "lexical_fallback")
+    assert cdd.gate_route(OXFORD, CAMBRIDGE, "model", judgement=failed)[0] is False
+    # a pair that needs a judgement but has none: the traces were made without the gate
+    with pytest.raises(ValueError, match="judgement"):
+        cdd.gate_route(OXFORD, CAMBRIDGE, "model")
+    skipped = {"step": cdd.GATE, "status": SKIPPED, "fields": {}}
+    with pytest.raises(ValueError, match="judgement"):
+        cdd.gate_route(OXFORD, CAMBRIDGE, "model", judgement=skipped)
+    with pytest.raises(ValueError, match="unknown gate"):
+        cdd.gate_route("a", "b", "nli")
+
+
+def test_run_gate_asks_one_grammar_constrained_question() -> None:
+    calls = []
+
+    def complete(messages, *, grammar):
+        calls.append((messages, grammar))
+        return {"raw": '{"contradict": true}', "finish_reason": "stop", "prompt_tokens": 40}
+
+    trace = {
+        CONTEXTUAL: {"fields": {"answer": OXFORD}},
+        PARAMETRIC: {"fields": {"answer": CAMBRIDGE}},
+    }
+    entry = cdd.run_gate(complete, QUESTION, trace)
+    assert (entry["status"], entry["fields"], entry["prompt_tokens"]) == (
+        OK,
+        {"contradict": True},
+        40,
+    )
+    ((messages, grammar),) = calls
+    assert grammar == cdd.GATE_GRAMMAR
+    assert messages[0] == {"role": "system", "content": cdd.CDD_SYSTEM}
+    user = messages[1]["content"]
+    assert f'"{OXFORD}"' in user and f'"{CAMBRIDGE}"' in user and QUESTION in user
+    assert CONTEXT not in user  # the judgement is about the two answers alone
+    pattern = grammar_regex(cdd.GATE_GRAMMAR)
+    assert pattern.fullmatch('{"contradict": false}') and not pattern.fullmatch('{"contradict": 1}')
+    assert parse_step(cdd.GATE, '{"contradict": tr', "length").fields == {"contradict": None}
+    # no pair to judge: no call, a skipped entry
+    empty = {CONTEXTUAL: {"fields": {"answer": ""}}, PARAMETRIC: {"fields": {"answer": "Paris"}}}
+    skipped = cdd.run_gate(complete, QUESTION, empty)
+    assert (skipped["status"], skipped["skip_reason"], len(calls)) == (SKIPPED, cdd.NO_PAIR, 1)
+
+
 # --- baselines ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", ["CAI", "SHAM", "REFLECT", "FILTER"])
-def test_baseline_messages_are_grabrags_prompt_with_the_baseline_instruction(name: str) -> None:
+def test_baseline_messages_are_on_equal_footing_with_cdd(name: str) -> None:
     messages = baseline_messages(name, QUESTION, CONTEXT)
-    assert messages[0] == {"role": "system", "content": SYSTEM_CONTEXT}
+    # CDD's own system message, not GRAB-RAG's "use ONLY the provided context"
+    cdd_step = step_messages(CONTEXTUAL, QUESTION, CONTEXT)
+    assert messages[0] == cdd_step[0] == {"role": "system", "content": cdd.CDD_SYSTEM}
+    assert messages[0]["content"] != SYSTEM_CONTEXT and "ONLY" not in messages[0]["content"]
     user = messages[1]["content"]
     assert BASELINE_PROMPTS[name] in user and CONTEXT in user and QUESTION in user
-    assert user.endswith(RESPONSE_FORMAT)
-    # identical to GRAB-RAG's P1 prompt, the policy instruction swapped for the baseline's
+    reasoning_first = name in ("REFLECT", "FILTER")
+    response_format = cdd.REASONING_FIRST_FORMAT if reasoning_first else RESPONSE_FORMAT
+    assert user.endswith(response_format)
+    # GRAB-RAG's P1 prompt, the policy instruction swapped for the baseline's
     p1 = context_user_prompt(CONTEXT, QUESTION, "P1")
-    assert user == p1.replace(POLICY_INSTRUCTIONS["P1"], BASELINE_PROMPTS[name])
+    expected = p1.replace(POLICY_INSTRUCTIONS["P1"], BASELINE_PROMPTS[name])
+    assert user == expected.replace(RESPONSE_FORMAT, response_format)
     assert POLICY_INSTRUCTIONS["P1"] in BASELINE_PROMPTS[name]  # each keeps P1's clause
+    grammar = cdd.baseline_grammar(name)
+    assert cdd.grammar_for_messages(messages) == grammar
+    assert grammar == (cdd.REASONING_FIRST_GRAMMAR if reasoning_first else GBNF_GRAMMAR)
     assert cdd.BASELINE_GRAMMAR == GBNF_GRAMMAR
     ok = '{"decision": "abstain", "answer": "", "confidence": 10, "reasoning": "conflict"}'
     assert parse_output(ok, "stop").status == "ok"
+
+
+def test_reflect_and_filter_reason_before_they_commit() -> None:
+    pattern = grammar_regex(cdd.REASONING_FIRST_GRAMMAR)
+    lines = cdd.REASONING_FIRST_GRAMMAR.strip().splitlines()
+    assert len(lines) == cdd.REASONING_FIRST_GRAMMAR.count("::=")
+    # reasoning first, then GRAB-RAG's three decision fields
+    first = '{"reasoning": "The passage says Lyon; the tower is in Paris.", '
+    raw = first + '"decision": "answer", "answer": "Paris", "confidence": 80}'
+    assert pattern.fullmatch(raw)
+    answer_first = '{"decision": "answer", "answer": "x", "confidence": 7, "reasoning": ""}'
+    assert not pattern.fullmatch(answer_first)
+    assert grammar_regex(GBNF_GRAMMAR).fullmatch(answer_first)  # CAI and SHAM keep it
+    # the decision rows parse into the same schema as the answer-first ones
+    parsed = parse_output(raw, "stop")
+    assert (parsed.status, parsed.decision, parsed.answer, parsed.confidence) == (
+        "ok",
+        "answer",
+        "Paris",
+        80,
+    )
+    assert parsed.reasoning.startswith("The passage says Lyon")
+    shared = set(GBNF_GRAMMAR.splitlines()[1:])
+    assert set(cdd.REASONING_FIRST_GRAMMAR.splitlines()[1:]) == shared
+    fmt = cdd.REASONING_FIRST_FORMAT
+    assert fmt.index('"reasoning"') < fmt.index('"decision"') < fmt.index('"confidence"')
+    for name in ("REFLECT", "FILTER"):
+        assert "before the decision" in BASELINE_PROMPTS[name]
+
+
+def test_a_cut_confidence_of_a_reasoning_first_baseline_is_not_trusted() -> None:
+    head = '{"reasoning": "r", "decision": "answer", "answer": "Paris", "confidence": 8'
+    rows = []
+    for qid, raw in (("cut", head), ("closed", head + "5 ")):
+        parsed = parse_output(raw, "length")  # GRAB-RAG's parser repairs both with "}"
+        assert parsed.status == "repaired"
+        rows.append(
+            {
+                "qid": qid,
+                "prompt": "REFLECT",
+                "decision": parsed.decision,
+                "answer": parsed.answer,
+                "confidence": parsed.confidence,
+                "parse_status": parsed.status,
+                "raw": raw,
+            }
+        )
+    cut, closed = cdd_runs.baseline_decisions(rows, "REFLECT")
+    assert (cut["rule"], cut["decision"], cut["confidence"]) == ("parse_failed", None, None)
+    assert (closed["rule"], closed["confidence"]) == ("generated", 85)
+    # answer-first baselines end with the reasoning: their repair is GRAB-RAG's
+    cai = [{**rows[0], "prompt": "CAI"}]
+    assert cdd_runs.baseline_decisions(cai, "CAI")[0]["rule"] == "generated"
+
+
+def test_conflict_aware_baseline_answers_from_knowledge_on_a_contradiction() -> None:
+    cai = BASELINE_PROMPTS["CAI"]
+    assert "Trust the context unless it conflicts with well-established" in cai
+    assert "give the answer from that knowledge instead" in cai
+    # the abstention clause (P1's) is for missing information, not for a contradiction
+    assert cai.index("from that knowledge") < cai.index(POLICY_INSTRUCTIONS["P1"])
 
 
 def test_unknown_baseline() -> None:
@@ -709,6 +854,60 @@ def test_inject_mistake_replaces_the_divergence_conclusion() -> None:
         inject_mistake(ablated["trace"], "Marseille")
 
 
+MISTAKE_CASES = [
+    # (contextual, parametric, injected) -> verdict, claim: QC (the planted answer is step 1)
+    ("Lyon", "Paris", "Lyon", True, "The contextual answer is correct and the parametric"),
+    ("Lyon", "Paris", "paris", True, "The parametric answer is correct and the contextual"),
+    ("Lyon", "Paris", "Marseille", True, "Both answers are mistaken: the correct answer is"),
+    # Q0: the passages give no answer
+    ("", "Paris", "Marseille", False, "The parametric answer is mistaken: the correct"),
+    ("", "Paris", "Paris", False, "The parametric answer is correct: the answer is Paris."),
+    ("", "", "Atlantis", False, "Neither answer is given, but the correct answer is"),
+    # Q100: the two answers agree
+    ("Paris", "the Paris", "Atlantis", False, "Both answers are mistaken: the correct"),
+    ("Lyon", "Lyon", "Lyon", False, "Both answers are correct: the answer is Lyon."),
+    # the model does not know
+    ("Lyon", "", "Lyon", False, "The contextual answer is correct: the answer is Lyon."),
+    ("Lyon", "", "Atlantis", False, "The contextual answer is mistaken: the correct"),
+]
+
+
+@pytest.mark.parametrize(("contextual", "parametric", "wrong", "verdict", "claim"), MISTAKE_CASES)
+def test_the_injected_mistake_never_contradicts_the_trace(
+    contextual: str, parametric: str, wrong: str, verdict: bool, claim: str
+) -> None:
+    trace = run_cdd(ScriptedCompleter(SCRIPT), Resets(), QUESTION, CONTEXT, CB_ROW)["trace"]
+    trace[CONTEXTUAL]["fields"]["answer"] = contextual
+    trace[PARAMETRIC]["fields"]["answer"] = parametric
+    injected = inject_mistake(trace, wrong)[DIVERGENCE]["fields"]
+    assert injected["diverge"] is verdict  # the verdict the two shown answers support
+    text = injected["explanation"]
+    assert text.startswith(claim) and text.endswith(f"Give {wrong} as the final answer.")
+    user = resolution_messages(QUESTION, CONTEXT, inject_mistake(trace, wrong))[1]["content"]
+    assert ("the answers diverge." if verdict else "the answers do not diverge.") in user
+
+
+def test_the_injected_mistake_is_consistent_for_every_pair_of_answers() -> None:
+    norm = cdd.normalize_answer
+    for contextual in ("", "Lyon", "Paris"):
+        for parametric in ("", "Lyon", "Paris"):
+            for wrong in ("Lyon", "Paris", "Atlantis"):
+                text = cdd.mistake_explanation(contextual, parametric, wrong)
+                for label, answer in (("contextual", contextual), ("parametric", parametric)):
+                    mistaken = f"The {label} answer is mistaken" in text or (
+                        f"and the {label} answer is mistaken" in text
+                    )
+                    said_correct = f"The {label} answer is correct" in text
+                    # an answer is called mistaken only when it is given and differs
+                    assert not mistaken or (answer and norm(answer) != norm(wrong)), text
+                    assert not said_correct or norm(answer) == norm(wrong), text
+                if text.startswith("Both"):
+                    assert contextual and parametric, text
+                if text.startswith("Both answers are mistaken"):
+                    assert norm(wrong) not in (norm(contextual), norm(parametric)), text
+                assert len(text) <= len(cdd.longest_mistake_explanation(wrong))
+
+
 def test_causal_sensitivity() -> None:
     assert causal_sensitivity(8 / 10, 4 / 10).value == pytest.approx(0.5)
     assert causal_sensitivity(8 / 10, 4 / 10).reason is None
@@ -766,14 +965,23 @@ def test_source_control() -> None:
         ("QC", "1", "temporal_shift"),
         ("QC", "1b", "temporal_shift"),
         ("QC", "2", "numeric"),
-        ("Q0", None, "distractor"),
+        ("Q50", None, "distractor"),  # the answer is present among distractors
+        ("Q50", "3", "distractor"),  # the tier is read only for QC
+        ("Q0", None, "no_answer"),  # no answer at all: no counterpart in the paper
         ("QX", None, "inter_context"),
         ("Q100", None, "clean"),
-        ("Q50", "3", "clean"),  # the tier is read only for QC
     ],
 )
 def test_perturbation_type(condition: str, tier: Any, expected: str) -> None:
     assert perturbation_type(condition, tier) == expected
+
+
+def test_the_macro_averages_only_the_papers_types() -> None:
+    assert cdd.PAPER_TYPES == ("entity_swap", "temporal_shift", "distractor")
+    assert cdd_runs.ADVERSARIAL_TYPES == cdd.PAPER_TYPES
+    assert set(cdd.OTHER_TYPES) == {"numeric", "inter_context", "no_answer"}
+    assert set(cdd_runs.PERTURBATION_TYPES) == {"clean", *cdd.PAPER_TYPES, *cdd.OTHER_TYPES}
+    assert CDD_TYPES == cdd_runs.PERTURBATION_TYPES
 
 
 def test_perturbation_type_rejects_unknown_inputs() -> None:
@@ -820,10 +1028,14 @@ class StepCompleter:
 
     def __call__(self, messages: list[dict[str, str]], *, grammar: str) -> dict[str, Any]:
         user = messages[-1]["content"]
-        (step,) = [s for s in STEPS if STEP_INSTRUCTIONS[s] in user]
+        if cdd.GATE_INSTRUCTION in user:
+            assert grammar == cdd.GATE_GRAMMAR
+            (step,) = [cdd.GATE]
+        else:
+            (step,) = [s for s in STEPS if STEP_INSTRUCTIONS[s] in user]
         self.calls.append(step)
         raw = self.script[step]
-        if step == RESOLUTION and "the correct answer is" in user:
+        if step == RESOLUTION and "as the final answer." in user:
             raw = MISTAKE_ANSWER
         elif step == RESOLUTION and "Divergence check" not in user and "premise" not in user:
             raw = TRUNCATED_ANSWER
@@ -912,6 +1124,24 @@ def test_cdd_question_without_diagnostics_and_with_in_context_prior() -> None:
     assert complete.calls == [CONTEXTUAL, PARAMETRIC, DIVERGENCE, PREMISE, RESOLUTION]
     assert "ablations" not in row and "perturbations" not in row
     assert (row["diagnostics"], row["llm_calls"], row["parametric"]) == (False, 5, "in_context")
+
+
+def test_cdd_question_runs_the_model_gate_last_and_stores_it() -> None:
+    complete = StepCompleter({**SCRIPT, cdd.GATE: obj(contradict=True)})
+    row = cdd_runs.cdd_question(complete, Resets(), CONTEXT_ROW, CB_ROW, gate="model")
+    # the nine calls of the lexical run, then the judgement: Lyon (step 1) vs Paris (CB)
+    assert complete.calls[-1] == cdd.GATE and complete.calls.count(cdd.GATE) == 1
+    assert (row["llm_calls"], row["reused_calls"], row["gate"]) == (10, 3, "model")
+    assert row["gate_judgement"]["fields"] == {"contradict": True}
+    lexical = cdd_runs.cdd_question(StepCompleter(), Resets(), CONTEXT_ROW, CB_ROW)
+    assert "gate_judgement" not in lexical and lexical["gate"] == "lexical"
+    # an empty step-1 answer (Q0): nothing to judge, no call
+    q0 = {**SCRIPT, CONTEXTUAL: obj(answer="", confidence=0), cdd.GATE: "unused"}
+    complete = StepCompleter(q0)
+    row = cdd_runs.cdd_question(complete, Resets(), CONTEXT_ROW, CB_ROW, gate="model")
+    assert cdd.GATE not in complete.calls and row["gate_judgement"]["status"] == SKIPPED
+    with pytest.raises(ValueError, match="unknown gate"):
+        cdd_runs.cdd_question(complete, Resets(), CONTEXT_ROW, CB_ROW, gate="nli")
 
 
 def test_cdd_question_never_crashes_on_unparseable_output() -> None:
@@ -1003,7 +1233,7 @@ def test_preflight_calls_bound_the_longest_step_five_prompt() -> None:
     assert "q0" in label and STEP_INSTRUCTIONS[RESOLUTION] in messages[-1]["content"]
     user = messages[-1]["content"]
     assert user.count("word") >= 3 * 64  # contextual answer, explanation, premise
-    assert "the correct answer is a very long closed book answer" in user
+    assert cdd.longest_mistake_explanation("a very long closed book answer " * 10) in user
     real = cdd_runs.cdd_question(StepCompleter(), Resets(), _rows(1)[0], long_cb)
     longest_real = max(
         len(json.dumps(step_messages(RESOLUTION, QUESTION, CONTEXT, real["trace"]))) for _ in (0,)
@@ -1113,6 +1343,41 @@ def test_cdd_alpha_decisions_keep_p1_for_low_conflict_questions() -> None:
         cdd_runs.cdd_alpha_decisions([{**p1[0], "prompt": "P0"}], traces)
 
 
+def test_cdd_alpha_with_the_model_gate_reads_the_stored_judgement() -> None:
+    traces = _trace_rows()
+    for row, answer in zip(traces, (OXFORD, "Paris"), strict=True):
+        row["trace"][CONTEXTUAL]["fields"]["answer"] = answer
+        row["trace"][PARAMETRIC]["fields"]["answer"] = CAMBRIDGE if answer == OXFORD else "Paris"
+    traces[0]["gate_judgement"] = _judgement(True)  # Oxford vs Cambridge: judged
+    traces[1]["gate_judgement"] = {"step": cdd.GATE, "status": SKIPPED, "origin": "not_run"}
+    p1 = [{**P1_ROW, "qid": q, "prompt": "P1"} for q in ("q0", "q1")]
+    model = cdd_runs.cdd_alpha_decisions(p1, traces, gate="model")
+    assert (model[0]["gated"], model[0]["gate"], model[0]["gate_basis"]) == (
+        True,
+        "model",
+        "judgement",
+    )
+    assert model[0]["gate_score"] == pytest.approx(1 / 3)  # the lexical gate would bypass
+    assert model[0]["llm_calls"] == 4 + 1  # the decomposition plus the judgement
+    assert (model[1]["gated"], model[1]["gate_basis"], model[1]["llm_calls"]) == (
+        False,
+        "no_pair",
+        1,
+    )
+    lexical = cdd_runs.cdd_alpha_decisions(p1, traces)
+    assert [r["gated"] for r in lexical] == [False, False]
+    assert lexical[0]["gate"] == "lexical" and lexical[0]["llm_calls"] == 1
+    # a judgement the model gate needs but the traces lack
+    del traces[0]["gate_judgement"]
+    with pytest.raises(DataError, match="cdd.gate: model"):
+        cdd_runs.cdd_alpha_decisions(p1, traces, gate="model")
+    from grabrag.policies import decide
+
+    traces[0]["gate_judgement"] = _judgement(False)
+    decided = decide("CDD_ALPHA", {"P1": p1, "CDD": traces}, gate="model")
+    assert [r["rule"] for r in decided] == [GATE_BYPASS, GATE_BYPASS]
+
+
 def test_baseline_decisions() -> None:
     rows = [
         {"qid": "a", "prompt": "SHAM", "decision": "answer", "answer": "x", "confidence": 5},
@@ -1148,20 +1413,72 @@ def test_policies_decide_dispatches_the_cdd_family() -> None:
 # --- diagnostics -------------------------------------------------------------------------
 
 
-def test_correct_and_lenient() -> None:
+def test_accuracy_is_the_papers_answer_accuracy_and_behaviour_is_grabrags() -> None:
     answer = {"decision": "answer", "answer": "the Paris"}
     abstain = {"decision": "abstain", "answer": ""}
     failed = {"decision": None, "answer": None}
-    assert cdd_runs.correct(answer, "Q100", ["Paris"])
-    assert not cdd_runs.correct(answer, "Q50", ["Lyon"])
-    assert not cdd_runs.correct(abstain, "Q100", ["Paris"])
-    assert cdd_runs.correct(abstain, "QC", ["Paris"]) and cdd_runs.correct(abstain, "QX", [])
-    assert not cdd_runs.correct(answer, "QC", ["Paris"])
-    assert cdd_runs.correct_lenient(answer, "QC", ["Paris"])
-    assert not cdd_runs.correct_lenient(answer, "Q0", ["Lyon"])
-    assert not cdd_runs.correct(failed, "Q0", []) and not cdd_runs.correct(None, "Q100", ["x"])
+    # accuracy: the final answer matches a gold alias, at every condition
+    assert cdd_runs.correct(answer, ["Paris"]) and not cdd_runs.correct(answer, ["Lyon"])
+    assert not cdd_runs.correct(abstain, ["Paris"]) and not cdd_runs.correct(abstain, [])
+    assert not cdd_runs.correct(failed, ["Paris"]) and not cdd_runs.correct(None, ["Paris"])
+    # behaviour: an EM-correct answer at Q100/Q50, an abstention at Q0/QC/QX
+    behaviour = cdd_runs.behaviour_correct
+    assert behaviour(answer, "Q100", ["Paris"]) and not behaviour(answer, "Q50", ["Lyon"])
+    assert not behaviour(abstain, "Q100", ["Paris"])
+    assert behaviour(abstain, "QC", ["Paris"]) and behaviour(abstain, "QX", [])
+    assert not behaviour(answer, "QC", ["Paris"])  # recovering the truth is accuracy only
+    assert not behaviour(failed, "Q0", []) and not behaviour(None, "Q100", ["x"])
     with pytest.raises(ValueError, match="condition"):
-        cdd_runs.correct(answer, "Qclosed", [])
+        behaviour(answer, "Qclosed", [])
+
+
+def test_an_always_abstaining_policy_has_cdd_accuracy_zero() -> None:
+    conditions = ["Q100", "Q50", "Q0", "QC", "QX"]
+    tiers = ["3", "4", "1", "1b", "2"]
+    contexts = {c: [{"qid": f"{c}{i}", "answers": ["Paris"]} for i in range(5)] for c in conditions}
+    contexts["QC"] = [
+        {**row, "tier": tier} for row, tier in zip(contexts["QC"], tiers, strict=True)
+    ]
+    abstain = {
+        (c, "ABSTAIN"): [
+            {"qid": r["qid"], "decision": "abstain", "answer": ""} for r in contexts[c]
+        ]
+        for c in conditions
+    }
+    rows = cdd_runs.diagnostics("m", "d", conditions, contexts, None, abstain, n_resamples=50)
+    accuracy = [r for r in rows if r["metric"] == "accuracy"]
+    assert {r["perturbation_type"] for r in accuracy} == {
+        *cdd_runs.PERTURBATION_TYPES,
+        "macro_adversarial",
+    }
+    assert all(r["value"] == 0.0 and r["n"] > 0 for r in accuracy)
+    # GRAB-RAG's behaviour score credits the abstentions where abstaining is right
+    behaviour = {r["perturbation_type"]: r["value"] for r in rows if r["metric"] == "behaviour"}
+    assert behaviour["clean"] == 0.0 and behaviour["distractor"] == 0.0  # Q100, Q50
+    assert behaviour["entity_swap"] == behaviour["no_answer"] == behaviour["inter_context"] == 1.0
+
+
+def test_the_adversarial_macro_is_over_the_papers_types_only() -> None:
+    conditions = ["Q100", "Q50", "Q0", "QC", "QX"]
+    contexts = {c: [{"qid": c, "answers": ["Paris"]}] for c in conditions}
+    contexts["QC"] = [
+        {"qid": f"QC{tier}", "answers": ["Paris"], "tier": tier} for tier in ("3", "1", "2")
+    ]
+    right, wrong = _outcome("answer", "Paris"), _outcome("answer", "Lyon")
+    outcome = {"Q100": right, "Q50": right, "Q0": right, "QX": right, "QC3": right}
+    outcome |= {"QC1": wrong, "QC2": right}
+    decisions = {
+        (c, "P1"): [{"qid": r["qid"], **outcome[r["qid"]]} for r in contexts[c]] for c in conditions
+    }
+    rows = cdd_runs.diagnostics("m", "d", conditions, contexts, None, decisions, n_resamples=50)
+    got = {(r["perturbation_type"], r["metric"]): r for r in rows}
+    # entity swap (QC tier 3) 1, temporal shift (tier 1) 0, distractor (Q50) 1
+    assert got[("distractor", "accuracy")]["value"] == 1.0
+    macro = got[("macro_adversarial", "accuracy")]
+    assert (macro["value"], macro["n"]) == (pytest.approx(2 / 3), 3)
+    # numeric, QX and Q0 are reported beside it, outside the macro
+    for kind in ("numeric", "inter_context", "no_answer"):
+        assert (got[(kind, "accuracy")]["value"], got[(kind, "accuracy")]["n"]) == (1.0, 1)
 
 
 def _outcome(decision: str | None, answer: str | None = "") -> dict[str, Any]:
@@ -1202,10 +1519,11 @@ def _diagnostic_inputs() -> tuple[dict, dict, dict]:
             _trace_row("a2", right, right, wrong, "Rome", "Paris"),
             _trace_row("a3", wrong, wrong, wrong, "Lyon", ""),
         ],
-        # clean 1/2 (abstaining is right); truncated 2/2; mistake 1/2
+        # accuracy: clean 1/2 (c0 recovers the true answer); truncated 0/2; mistake 1/2
+        # behaviour (abstaining is right): clean 1/2; truncated 2/2; mistake 0/2
         "QC": [
-            _trace_row("c0", abstain, abstain, abstain, "Lyon", "Paris"),
-            _trace_row("c1", wrong, abstain, wrong, "Lyon", "Paris"),
+            _trace_row("c0", right, abstain, wrong, "Lyon", "Paris"),
+            _trace_row("c1", abstain, abstain, right, "Lyon", "Paris"),
         ],
     }
     decisions = {
@@ -1253,10 +1571,12 @@ def test_diagnostics_on_hand_made_rows() -> None:
         1 / 3
     )
     assert value("sensitivity", "CDD", "mistake", "Q100", "", "sensitivity") == 1.0
-    assert value("sensitivity", "CDD", "truncated", "QC", "", "sensitivity") == -1.0
+    assert value("sensitivity", "CDD", "truncated", "QC", "", "sensitivity") == 1.0
+    assert value("sensitivity", "CDD", "mistake", "QC", "", "sensitivity") == 0.0
     assert value("sensitivity", "CDD", "mistake", "all", "", "sensitivity") == pytest.approx(
         (4 / 6 - 1 / 6) / (4 / 6)
     )
+    assert value("sensitivity", "CDD", "truncated", "all", "", "acc_corrupted") == 2 / 6
     assert value("sensitivity", "CDD", "truncated", "Q100", "", "changed") == 0.25
     entry = got[("sensitivity", "CDD", "mistake", "Q100", "", "sensitivity")]
     assert entry["n"] == 4 and entry["ci_low"] <= entry["value"] <= entry["ci_high"]
@@ -1264,6 +1584,11 @@ def test_diagnostics_on_hand_made_rows() -> None:
     assert value("ablation", "CDD", "no_premise", "Q100", "", "accuracy") == 0.5
     assert value("ablation", "CDD", "no_divergence", "all", "", "accuracy") == pytest.approx(4 / 6)
     assert value("ablation", "CDD", "full", "QC", "", "answer_rate") == 0.5
+    # without premise isolation (the truncated outcomes) QC abstains throughout: no
+    # correct answer, every behaviour right; the two are separate metrics
+    assert value("ablation", "CDD", "no_premise", "QC", "", "accuracy") == 0.0
+    assert value("ablation", "CDD", "no_premise", "QC", "", "behaviour") == 1.0
+    assert value("ablation", "CDD", "full", "QC", "", "behaviour") == 0.5
     # source control of the answered full rows at Q100: a0 both, a1 context, a2
     # parametric, a3 context ("Lyon" = step 1)
     counts = {
@@ -1272,8 +1597,9 @@ def test_diagnostics_on_hand_made_rows() -> None:
     }
     assert counts == {"context": 2, "parametric": 1, "both": 1, "neither": 0}
     assert got[("source_control", "CDD", "full", "Q100", "", "context")]["n"] == 4
-    assert value("source_control", "CDD", "full", "QC", "", "neither") == 0  # c1 = step 1
+    assert value("source_control", "CDD", "full", "QC", "", "parametric") == 1  # c0 = CB
     # perturbation types: CDD clean 3/4; entity swap (tier 3) 1/1; temporal (tier 1) 0/1
+    # (it abstained: right behaviour, no correct answer)
     assert value("perturbation_type", "CDD", "", "", "clean", "accuracy") == 0.75
     assert value("perturbation_type", "CDD", "", "", "entity_swap", "accuracy") == 1.0
     assert value("perturbation_type", "CDD", "", "", "temporal_shift", "accuracy") == 0.0
@@ -1282,9 +1608,11 @@ def test_diagnostics_on_hand_made_rows() -> None:
     macro = got[("perturbation_type", "CDD", "", "", "macro_adversarial", "accuracy")]
     assert (macro["value"], macro["n"]) == (0.5, 2)  # mean of 1.0 and 0.0, not pooled
     assert macro["ci_low"] <= 0.5 <= macro["ci_high"]
-    # P1 answered "Paris" at c0: wrong under accuracy, right under the lenient form
-    assert value("perturbation_type", "P1", "", "", "entity_swap", "accuracy") == 0.0
-    assert value("perturbation_type", "P1", "", "", "entity_swap", "accuracy_lenient") == 1.0
+    assert value("perturbation_type", "CDD", "", "", "temporal_shift", "behaviour") == 1.0
+    # P1 answered "Paris" at c0: a correct answer, the wrong behaviour for GRAB-RAG
+    assert value("perturbation_type", "P1", "", "", "entity_swap", "accuracy") == 1.0
+    assert value("perturbation_type", "P1", "", "", "entity_swap", "behaviour") == 0.0
+    assert not any(r["metric"] == "accuracy_lenient" for r in rows)
     # deterministic
     again = cdd_runs.diagnostics(
         "m", "d", ["Q100", "QC"], contexts, traces, decisions, n_resamples=200, seed=1
@@ -1367,16 +1695,27 @@ def test_cdd_tables_from_hand_made_frames() -> None:
     assert results.loc[1, "Ans@Q100 [95% CI]"] == "50.0 [40.0, 60.0]"
     assert results.loc[1, "Acc clean"] == "75.0" and results.loc[1, "Acc entity_swap"] == "100.0"
     assert "Acc numeric" not in results.columns  # no row of that type
+    acc = [c for c in results.columns if c.startswith("Acc")]
+    assert acc == [
+        "Acc clean",
+        "Acc entity_swap",
+        "Acc temporal_shift",
+        "Acc adversarial macro [95% CI]",
+    ]
+    assert results.loc[0, "Acc entity_swap"] == "100.0"  # P1's "Paris" is the gold answer
     assert results.loc[1, "Acc adversarial macro [95% CI]"].startswith("50.0 [")
     sensitivity = T.table_cdd_sensitivity(diag)
     assert list(sensitivity.perturbation.unique()) == ["truncation", "mistake injection"]
     assert list(sensitivity.condition[:3]) == ["Q100", "QC", "all"]
     assert sensitivity.loc[0, "Sensitivity [95% CI]"].startswith("+33.3 [")
     ablation = T.table_cdd_ablation(diag)
-    assert list(ablation.columns[-3:]) == [
+    assert list(ablation.columns[-6:]) == [
         "Acc full CDD",
         "Acc without premise isolation",
         "Acc without divergence check",
+        "Behaviour full CDD",
+        "Behaviour without premise isolation",
+        "Behaviour without divergence check",
     ]
     assert ablation.loc[0, "Acc without premise isolation"].startswith("50.0")
     sources = T.table_cdd_source_control(diag)

@@ -134,6 +134,8 @@ def test_cdd_alpha_equals_p1_on_gated_off_questions(tiny_run: Path) -> None:
             source = cdd[row["qid"]] if row["gated"] else p1[row["qid"]]
             keys = ("decision", "answer", "confidence")
             assert {k: row[k] for k in keys} == {k: source[k] for k in keys}, row
+            # the embedded config's gate is the lexical one (no judgement call)
+            assert (row["gate"], row["gate_basis"]) == ("lexical", "lexical")
             if row["gated"]:
                 assert row["rule"] == source["rule"]
             else:
@@ -188,6 +190,7 @@ def test_diagnostics_have_the_documented_rows(tiny_run: Path) -> None:
             for variant in ("full", "no_premise", "no_divergence"):
                 assert metrics[("ablation", "CDD", variant, condition, "")] == {
                     "accuracy",
+                    "behaviour",
                     "answer_rate",
                 }
             assert metrics[("source_control", "CDD", "full", condition, "")] == {
@@ -200,7 +203,7 @@ def test_diagnostics_have_the_documented_rows(tiny_run: Path) -> None:
             for kind in (*PERTURBATION_TYPES, "macro_adversarial"):
                 assert metrics[("perturbation_type", policy, "", "", kind)] == {
                     "accuracy",
-                    "accuracy_lenient",
+                    "behaviour",
                 }
         for r in rows:
             value = float(r["value"]) if r["value"] != "" else math.nan  # NaN is written empty

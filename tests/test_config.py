@@ -24,6 +24,8 @@ def test_both_shipped_configs_validate() -> None:
         config = load_config(str(REPO / name))
         if name == "config/paper.yaml":
             assert config["contexts"]["max_context_tokens"] == 1500
+            # CDD as in its paper: in-context step 2, the model's contradiction gate
+            assert (config["cdd"]["parametric"], config["cdd"]["gate"]) == ("in_context", "model")
         assert config["retrieval"]["bm25_weight"] == config["retrieval"]["dense_weight"] == 0.5
 
 
@@ -53,6 +55,7 @@ def test_defaults_are_filled(embedded: dict) -> None:
     assert config["cdd"] == {
         "parametric": "closed_book",
         "step_max_tokens": 128,
+        "gate": "lexical",
         "gate_threshold": 0.5,
         "diagnostics": True,
         "datasets": None,

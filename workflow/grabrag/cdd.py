@@ -10,11 +10,13 @@ CDD turns a knowledge conflict between the retrieved passages and the model's ow
 1. ``contextual``  - the answer the passages give: {"answer", "confidence"}; the answer
    is empty when the passages do not answer.
 2. ``parametric``  - the answer from the model's own knowledge: {"answer", "confidence"}.
-   Default source: GRAB-RAG's closed-book (CB) pass, already generated
-   (:func:`parametric_from_closed_book`, no new call). The paper's variant asks it after
-   the passages were shown ("ignoring the passages", ``parametric="in_context"``); the
-   paper's limitations note that this is a context-prompted prior, which is why the
-   context-free CB pass is the default here.
+   The paper asks it after the passages were shown ("ignoring the passages",
+   ``parametric="in_context"``, one more call; the default of ``config/paper.yaml``). Our
+   variant ``parametric="closed_book"`` reads GRAB-RAG's closed-book (CB) pass, already
+   generated (:func:`parametric_from_closed_book`, no new call): the paper's limitations
+   note that the in-context answer is a context-prompted prior, and the CB pass is the
+   context-free prior they ask for. It is the embedded default (``config.yaml``), which
+   is sized for CI.
 3. ``divergence``  - do the two answers diverge? {"diverge", "explanation"}.
 4. ``premise``     - quote the passage sentence carrying the conflicting claim:
    {"passage", "premise"}; the quote is machine-checked against the context
@@ -62,25 +64,41 @@ Choice: strings are parsed with ``json.loads(strict=False)``: the grammar's stri
 CDD-alpha
 ---------
 A contradiction gate routes high-conflict questions into the full decomposition and the
-others to Standard RAG (GRAB-RAG's P1 row). The gate needs no extra LLM call: it reads
-the step-1 (contextual) answer and the CB answer, ``gate_score = 1 - token F1``
-(:func:`gate_score`). A bypassed question therefore costs one CDD call (step 1) on top
-of the standard pass, a routed one the whole decomposition (with
-``parametric="in_context"`` the gate needs step 2 too: two calls). Because a run resets
-the KV cache per question and calls the steps in a fixed order, a live CDD-alpha run
-makes exactly the calls of full CDD up to the gate; Choice: CDD-alpha is therefore
-computed from the stored full-CDD rows (:func:`cdd_alpha_row`) instead of a second
-generation run.
+others to Standard RAG (GRAB-RAG's P1 row). It compares the step-1 (contextual) answer
+with the step-2 (parametric) answer (:func:`gate_route`):
+
+* ``gate="model"`` (the paper's gate, a contradiction judgement; ``config/paper.yaml``):
+  one grammar-constrained call asks "do these two answers contradict?"
+  (:func:`gate_messages`, {"contradict": true|false}). Only a pair that cannot contradict
+  is decided without it: an empty answer (no second claim) or two answers equal after
+  normalize_answer. Every other pair is judged, also one whose answers share most tokens
+  ("University of Oxford" vs "University of Cambridge"), which a token-overlap score
+  would let through. An unparseable judgement falls back to the lexical rule (recorded).
+* ``gate="lexical"`` (ours, the cheap option and the embedded default): no call,
+  ``gate_score = 1 - token F1`` (:func:`gate_score`) at or above ``threshold``.
+
+The judgement runs in the CDD generation job, which holds the model, after every other
+call of the question (so the other calls' KV-cache history is unchanged), and is stored
+in the trace row (``gate_judgement``); the policy rule needs no LLM call. A bypassed
+question costs step 1 (and step 2 with ``parametric="in_context"``) plus the judgement
+when one was made, a routed one the whole decomposition plus the judgement. Because a
+run resets the KV cache per question and decodes greedily, a live CDD-alpha run makes
+exactly these calls; Choice: CDD-alpha is therefore computed from the stored full-CDD
+rows (:func:`cdd_alpha_row`) instead of a second generation run.
 
 Baselines
 ---------
-Prompt-only policies in GRAB-RAG's own response format and grammar
-(:data:`BASELINE_PROMPTS`, :func:`baseline_messages`), parsed by
+Prompt-only policies (:data:`BASELINE_PROMPTS`, :func:`baseline_messages`), parsed by
 :func:`grabrag.generation.parse_output`: conflict-aware instruction RAG (CAI), a
 length-matched sham chain of thought (SHAM), reflection prompting (REFLECT) and
-prompt-filtered RAG (FILTER). Caveat (as for GRAB-RAG's P2): the grammar makes the model
-write decision and answer before "reasoning", so any reasoning the instruction asks for
-is written after the answer.
+prompt-filtered RAG (FILTER). On equal footing with CDD: the same (neutral) system
+message as the CDD steps, GRAB-RAG's scaffold and P1's abstention clause. CAI does what
+its text says: follow the context unless it contradicts well-established knowledge,
+then answer from that knowledge. REFLECT and FILTER reason *before* they commit: their
+response format and grammar put the reasoning first (:data:`REASONING_FIRST_FORMAT`,
+:data:`REASONING_FIRST_GRAMMAR`; same fields, so the rows parse into the same schema).
+CAI and SHAM keep GRAB-RAG's answer-first format (CAI's instruction needs no worked
+reasoning before the answer, and SHAM's steps are content-free by design).
 
 Diagnostics
 -----------
@@ -114,7 +132,6 @@ from .prompts import (
     POLICY_INSTRUCTIONS,
     RESPONSE_FORMAT,
     SYSTEM_CLOSED_BOOK,
-    SYSTEM_CONTEXT,
     context_user_prompt,
 )
 
@@ -128,6 +145,10 @@ CONTEXTUAL, PARAMETRIC, DIVERGENCE, PREMISE, RESOLUTION = (
     "resolution",
 )
 STEPS = (CONTEXTUAL, PARAMETRIC, DIVERGENCE, PREMISE, RESOLUTION)
+GATE = "gate"
+"""CDD-alpha's contradiction judgement (gate="model"); not one of the five steps."""
+LEXICAL, MODEL = "lexical", "model"
+GATES = (LEXICAL, MODEL)
 
 FULL, NO_PREMISE, NO_DIVERGENCE = "full", "no_premise", "no_divergence"
 VARIANTS = (FULL, NO_PREMISE, NO_DIVERGENCE)
@@ -140,6 +161,7 @@ OK, REPAIRED, FAILED, SKIPPED, INJECTED = "ok", "repaired", "failed", "skipped",
 # Why a step was skipped.
 ABLATED = "ablated"  # the variant has no such step
 NOT_DIVERGENT = "no_divergence"  # step 3 found no divergence: no premise to isolate
+NO_PAIR = "no_pair"  # gate: an empty answer, or two equal ones, cannot contradict
 TRUNCATED = "truncated"  # removed by truncate_trace
 # Where a step's content comes from.
 GENERATED, FROM_CLOSED_BOOK, NOT_RUN = "generated", "closed_book", "not_run"
@@ -207,6 +229,7 @@ _FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
         ("source", "source"),
         ("rationale", "str"),
     ),
+    GATE: (("contradict", "boolean"),),
 }
 
 ANSWER_GRAMMAR = _grammar(_FIELDS[CONTEXTUAL], _WS, _STR, _CONFIDENCE)
@@ -221,15 +244,29 @@ STEP_GRAMMARS: dict[str, str] = {
     PREMISE: PREMISE_GRAMMAR,
     RESOLUTION: RESOLUTION_GRAMMAR,
 }
+GATE_GRAMMAR = _grammar(_FIELDS[GATE], _BOOLEAN, _WS)
+"""CDD-alpha's model gate: {"contradict": true|false}."""
 BASELINE_GRAMMAR = GBNF_GRAMMAR
-"""The baselines answer in GRAB-RAG's format, under GRAB-RAG's grammar."""
+"""CAI and SHAM answer in GRAB-RAG's format, under GRAB-RAG's grammar."""
+# GRAB-RAG's four fields with the reasoning first; decision, str and confidence rules as
+# prompts.GBNF_GRAMMAR.
+_REASONING_FIRST_FIELDS = (
+    ("reasoning", "str"),
+    ("decision", "decision"),
+    ("answer", "str"),
+    ("confidence", "confidence"),
+)
+REASONING_FIRST_GRAMMAR = _grammar(_REASONING_FIRST_FIELDS, _WS, _STR, _DECISION, _CONFIDENCE)
+"""REFLECT and FILTER: GRAB-RAG's fields, reasoning first (the model reasons before it
+commits to a decision and an answer)."""
 
 # --- prompts ---------------------------------------------------------------------------
 
 CDD_SYSTEM = SYSTEM_CLOSED_BOOK
 """Choice: GRAB-RAG's neutral system message (no "use ONLY the provided context"), since
 steps 2 and 5 must be free to weigh the model's own knowledge against the passages; each
-step's instruction says which source to use."""
+step's instruction says which source to use. The prompt-only baselines and the model
+gate use it too (:func:`baseline_messages`, :func:`gate_messages`)."""
 
 STEP_INSTRUCTIONS: dict[str, str] = {
     CONTEXTUAL: (
@@ -238,8 +275,8 @@ STEP_INSTRUCTIONS: dict[str, str] = {
         "passages do not contain the answer, leave the answer empty. Give your confidence "
         "(0-100) that the passages state this answer."
     ),
-    # The paper's in-context elicitation (parametric="in_context"); the default source
-    # is the closed-book pass (parametric_from_closed_book).
+    # The paper's in-context elicitation (parametric="in_context", config/paper.yaml); the
+    # embedded default reads the closed-book pass instead (parametric_from_closed_book).
     PARAMETRIC: (
         "Task: parametric answer. Ignore the passages above. What would you answer from "
         "your own knowledge alone, as if you had not seen them? If you do not know, leave "
@@ -324,12 +361,70 @@ _VISIBLE: dict[str, tuple[str, ...]] = {
     RESOLUTION: (CONTEXTUAL, PARAMETRIC, DIVERGENCE, PREMISE),
 }
 
-MISTAKE_TEMPLATE = (
-    "The two answers conflict, and both are mistaken: the correct answer is "
-    "{wrong_answer}. Give {wrong_answer} as the final answer."
-)
-"""The injected divergence conclusion: a factual claim plus a behavioural directive, as
-the paper's mistake injection (its limitations note that the two are confounded)."""
+_MISTAKE_CLAIMS = {
+    # which elicited answer the injected one equals (and which are given) -> the claim
+    "both": "Both answers are correct: the answer is {wrong_answer}.",
+    "contextual": "The contextual answer is correct: the answer is {wrong_answer}.",
+    "contextual_over": (
+        "The contextual answer is correct and the parametric answer is mistaken: the answer "
+        "is {wrong_answer}."
+    ),
+    "parametric": "The parametric answer is correct: the answer is {wrong_answer}.",
+    "parametric_over": (
+        "The parametric answer is correct and the contextual answer is mistaken: the answer "
+        "is {wrong_answer}."
+    ),
+    "neither_both": "Both answers are mistaken: the correct answer is {wrong_answer}.",
+    "neither_contextual": (
+        "The contextual answer is mistaken: the correct answer is {wrong_answer}."
+    ),
+    "neither_parametric": (
+        "The parametric answer is mistaken: the correct answer is {wrong_answer}."
+    ),
+    "neither_none": "Neither answer is given, but the correct answer is {wrong_answer}.",
+}
+MISTAKE_DIRECTIVE = "Give {wrong_answer} as the final answer."
+"""The injected divergence conclusion (:func:`mistake_explanation`) is a factual claim
+plus this behavioural directive, as the paper's mistake injection (its limitations note
+that the two are confounded)."""
+
+
+def _mistake_case(contextual: str, parametric: str, wrong_answer: str) -> str:
+    context, prior = normalize_answer(contextual or ""), normalize_answer(parametric or "")
+    wrong = normalize_answer(wrong_answer)
+    if context and wrong == context:
+        if wrong == prior:
+            return "both"
+        return "contextual_over" if prior else "contextual"
+    if prior and wrong == prior:
+        return "parametric_over" if context else "parametric"
+    if context and prior:
+        return "neither_both"
+    if context:
+        return "neither_contextual"
+    return "neither_parametric" if prior else "neither_none"
+
+
+def mistake_explanation(contextual: str, parametric: str, wrong_answer: str) -> str:
+    """The injected step-3 explanation for a trace whose steps 1 and 2 gave
+    ``contextual`` and ``parametric``: a claim that ``wrong_answer`` is correct, worded so
+    that it agrees with the two answers the trace shows (it calls an answer mistaken only
+    when it differs from the injected one, "both" only when both are given), then
+    :data:`MISTAKE_DIRECTIVE`. Equality is after normalize_answer."""
+    claim = _MISTAKE_CLAIMS[_mistake_case(contextual, parametric, wrong_answer)]
+    return " ".join([claim, MISTAKE_DIRECTIVE]).format(wrong_answer=wrong_answer)
+
+
+def longest_mistake_explanation(wrong_answer: str) -> str:
+    """The longest text :func:`mistake_explanation` can give for ``wrong_answer`` (the
+    prompt-size preflight)."""
+    return max(
+        (
+            " ".join([claim, MISTAKE_DIRECTIVE]).format(wrong_answer=wrong_answer)
+            for claim in _MISTAKE_CLAIMS.values()
+        ),
+        key=len,
+    )
 
 
 def _context_prefix(context: str, question: str) -> str:
@@ -472,6 +567,7 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "decision": lambda v: v in DECISIONS,
     "source": lambda v: v in SOURCES,
     "rationale": lambda v: isinstance(v, str),
+    "contradict": lambda v: isinstance(v, bool),
 }
 
 
@@ -533,6 +629,8 @@ def fallback_fields(
         return {"passage": None, "premise": "", "premise_found": False}
     if step == RESOLUTION:
         return dict.fromkeys(name for name, _ in _FIELDS[RESOLUTION])
+    if step == GATE:
+        return {"contradict": None}
     raise ValueError(f"unknown CDD step {step!r}; known: {', '.join(STEPS)}")
 
 
@@ -562,9 +660,10 @@ def parse_step(
     """Parse one step's output: ok, repaired (cut off by max_tokens and closed), or
     failed with :func:`fallback_fields`. ``context`` is required for the premise step
     (``premise_found``); ``trace`` (the earlier steps) gives step 3's fallback its two
-    answers (without it both count as empty: no divergence)."""
-    if step not in STEPS:
-        raise ValueError(f"unknown CDD step {step!r}; known: {', '.join(STEPS)}")
+    answers (without it both count as empty: no divergence). ``step`` may also be
+    :data:`GATE` (CDD-alpha's contradiction judgement)."""
+    if step not in (*STEPS, GATE):
+        raise ValueError(f"unknown CDD step {step!r}; known: {', '.join(STEPS)}, {GATE}")
     if step == PREMISE and context is None:
         raise ValueError("the premise step needs the context to check the quote")
     status = OK
@@ -734,14 +833,52 @@ def run_cdd(
 # --- CDD-alpha: the contradiction gate -------------------------------------------------
 
 GATE_THRESHOLD = 0.5
-"""Choice: high conflict when the two answers share at most half their tokens
-(token F1 <= 0.5); a score equal to the threshold is high conflict."""
+"""Choice (lexical gate): high conflict when the two answers share at most half their
+tokens (token F1 <= 0.5); a score equal to the threshold is high conflict."""
 _GATE_TOLERANCE = 1e-9  # token F1 is a ratio of small integers (as policies.F1_TOLERANCE)
 ROUTE_CDD, ROUTE_STANDARD = "cdd", "standard"
+# How a gate decision was reached (decision rows' ``gate_basis``).
+BASIS_LEXICAL, BASIS_JUDGEMENT, BASIS_NO_PAIR, BASIS_FALLBACK = (
+    "lexical",
+    "judgement",
+    NO_PAIR,
+    "lexical_fallback",
+)
+
+GATE_INSTRUCTION = (
+    "Task: contradiction check. Two answers to the question above are given. Do they "
+    "contradict each other? They contradict when they name different facts (a different "
+    "person, place, organisation, date, number or other entity), so that they cannot both "
+    "be correct, even when they share words (two different universities contradict). "
+    "Different wording of the same fact does not contradict. Set contradict to true or "
+    "false."
+)
+GATE_FORMAT = (
+    "Respond ONLY with a JSON object in this exact format:\n"
+    '{"contradict": true or false}\n'
+    "Start with { immediately."
+)
+
+
+def gate_messages(
+    question: str, contextual_answer: str, parametric_answer: str
+) -> list[dict[str, str]]:
+    """The model gate's call: the question and the two answers, no passages (the
+    judgement is about the two answers alone), under :data:`CDD_SYSTEM`."""
+    user = "\n\n".join(
+        [
+            f"Question: {question}",
+            f"Answer 1: {_quoted(contextual_answer)}\nAnswer 2: {_quoted(parametric_answer)}",
+            GATE_INSTRUCTION,
+            GATE_FORMAT,
+        ]
+    )
+    return [{"role": "system", "content": CDD_SYSTEM}, {"role": "user", "content": user}]
 
 
 def gate_score(contextual_answer: str | None, parametric_answer: str | None) -> float:
-    """1 - token F1 between the contextual (step 1) and parametric (CB) answers, in [0, 1].
+    """1 - token F1 between the contextual (step 1) and parametric (step 2) answers, in
+    [0, 1] (the lexical gate's score).
 
     Choice: 0 (no conflict) when either answer is empty after normalize_answer: a
     contradiction needs two claims; passages that do not answer (Q0) or a model that
@@ -757,9 +894,70 @@ def high_conflict(score: float, threshold: float = GATE_THRESHOLD) -> bool:
     return score >= threshold - _GATE_TOLERANCE
 
 
+def gate_needs_judgement(contextual_answer: str | None, parametric_answer: str | None) -> bool:
+    """Whether the model gate asks for a judgement: both answers given and different
+    after normalize_answer. Only pairs that cannot contradict are left out; token
+    overlap is no reason ("University of Oxford" vs "University of Cambridge" is judged)."""
+    a = normalize_answer(contextual_answer or "")
+    b = normalize_answer(parametric_answer or "")
+    return bool(a) and bool(b) and a != b
+
+
 def gate_score_from_trace(trace: Mapping[str, Mapping[str, Any]]) -> float:
-    """The gate score of a stored CDD trace (its step 1 and step 2 answers)."""
+    """The lexical gate score of a stored CDD trace (its step 1 and step 2 answers)."""
     return gate_score(_trace_answer(trace, CONTEXTUAL), _trace_answer(trace, PARAMETRIC))
+
+
+def run_gate(
+    complete: GrammarCompleter, question: str, trace: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The model gate's judgement on a trace's step-1 and step-2 answers: the parsed
+    step entry (:meth:`StepResult.to_dict`, field ``contradict``; a failed parse has
+    ``contradict`` None), or a skipped entry (reason ``no_pair``, no call) when
+    :func:`gate_needs_judgement` is False."""
+    contextual, parametric = _trace_answer(trace, CONTEXTUAL), _trace_answer(trace, PARAMETRIC)
+    if not gate_needs_judgement(contextual, parametric):
+        return _skipped(GATE, NO_PAIR).to_dict()
+    result = complete(gate_messages(question, contextual, parametric), grammar=GATE_GRAMMAR)
+    parsed = parse_step(GATE, result["raw"], result.get("finish_reason"))
+    parsed.prompt_tokens = int(result.get("prompt_tokens") or 0)
+    parsed.completion_tokens = int(result.get("completion_tokens") or 0)
+    parsed.seconds = float(result.get("seconds") or 0.0)
+    return parsed.to_dict()
+
+
+def gate_route(
+    contextual_answer: str | None,
+    parametric_answer: str | None,
+    gate: str = LEXICAL,
+    threshold: float = GATE_THRESHOLD,
+    judgement: Mapping[str, Any] | None = None,
+) -> tuple[bool, str]:
+    """CDD-alpha's gate decision: (high conflict, basis).
+
+    ``gate="lexical"``: :func:`gate_score` >= ``threshold`` (basis ``lexical``).
+    ``gate="model"``: a pair that cannot contradict (:func:`gate_needs_judgement`) is low
+    conflict (basis ``no_pair``); any other pair is high conflict exactly when
+    ``judgement`` (the stored :func:`run_gate` entry) says ``contradict: true`` (basis
+    ``judgement``); a judgement that failed to parse falls back to the lexical rule (basis
+    ``lexical_fallback``). A pair that needs a judgement but has none is a ValueError
+    (the traces were made without the model gate)."""
+    if gate not in GATES:
+        raise ValueError(f"unknown gate {gate!r}; known: {', '.join(GATES)}")
+    lexical = high_conflict(gate_score(contextual_answer, parametric_answer), threshold)
+    if gate == LEXICAL:
+        return lexical, BASIS_LEXICAL
+    if not gate_needs_judgement(contextual_answer, parametric_answer):
+        return False, BASIS_NO_PAIR
+    if judgement is None or judgement.get("status") == SKIPPED:
+        raise ValueError(
+            "the model gate needs a contradiction judgement for this pair; the CDD traces "
+            "were made without it (cdd.gate: model reruns cdd_generate)"
+        )
+    contradict = (judgement.get("fields") or {}).get("contradict")
+    if judgement.get("status") not in (OK, REPAIRED) or not isinstance(contradict, bool):
+        return lexical, BASIS_FALLBACK
+    return contradict, BASIS_JUDGEMENT
 
 
 def cdd_alpha_decision(
@@ -767,17 +965,26 @@ def cdd_alpha_decision(
     cdd_row: Mapping[str, Any] | None,
     score: float,
     threshold: float = GATE_THRESHOLD,
+    *,
+    routed: bool | None = None,
+    gate: str = LEXICAL,
+    basis: str = BASIS_LEXICAL,
+    gate_calls: int = 0,
 ) -> dict[str, Any]:
     """CDD-alpha's decision for one question.
 
-    High conflict (``score >= threshold``): the CDD row's decision (``cdd_row`` is then
-    required). Otherwise GRAB-RAG's standard single-pass answer, the P1 row (decision,
-    answer, confidence as generated; rule ``gate_bypass``, or ``parse_failed`` when P1
-    could not be parsed). ``gated`` is True when the question went through the full
-    decomposition. ``cdd_calls`` is what the route cost in CDD calls when ``cdd_row`` is
-    given: 1 (step 1, needed by the gate) for a bypass, the CDD row's calls otherwise.
+    High conflict (``routed``; by default ``score >= threshold``, the lexical gate): the
+    CDD row's decision (``cdd_row`` is then required). Otherwise GRAB-RAG's standard
+    single-pass answer, the P1 row (decision, answer, confidence as generated; rule
+    ``gate_bypass``, or ``parse_failed`` when P1 could not be parsed). ``gated`` is True
+    when the question went through the full decomposition. ``cdd_calls`` is what the
+    route cost in CDD calls when ``cdd_row`` is given: 1 (step 1, needed by the gate; 2
+    with the in-context step 2) for a bypass, the CDD row's calls otherwise, plus
+    ``gate_calls`` (1 when the model gate judged the pair). ``gate_score`` is the lexical
+    score whichever gate decided.
     """
-    routed = high_conflict(score, threshold)
+    if routed is None:
+        routed = high_conflict(score, threshold)
     calls = None
     if routed:
         if cdd_row is None:
@@ -790,6 +997,8 @@ def cdd_alpha_decision(
             "rule": cdd_row.get("rule"),
         }
         calls = cdd_row.get("calls")
+        if calls is not None:
+            calls += gate_calls
     else:
         failed = p1_row.get("decision") not in DECISIONS or p1_row.get("parse_status") == FAILED
         out = {
@@ -800,11 +1009,13 @@ def cdd_alpha_decision(
             "rule": PARSE_FAILED if failed else GATE_BYPASS,
         }
         if cdd_row is not None:
-            calls = 2 if cdd_row.get("parametric") == IN_CONTEXT else 1
+            calls = (2 if cdd_row.get("parametric") == IN_CONTEXT else 1) + gate_calls
     return {
         **out,
         "gated": routed,
         "route": ROUTE_CDD if routed else ROUTE_STANDARD,
+        "gate": gate,
+        "gate_basis": basis,
         "gate_score": score,
         "threshold": threshold,
         "cdd_calls": calls,
@@ -812,18 +1023,46 @@ def cdd_alpha_decision(
 
 
 def cdd_alpha_row(
-    p1_row: Mapping[str, Any], cdd_row: Mapping[str, Any], threshold: float = GATE_THRESHOLD
+    p1_row: Mapping[str, Any],
+    cdd_row: Mapping[str, Any],
+    threshold: float = GATE_THRESHOLD,
+    gate: str = LEXICAL,
 ) -> dict[str, Any]:
-    """CDD-alpha from a stored full-CDD row (gate score from its trace) and the P1 row."""
-    return cdd_alpha_decision(p1_row, cdd_row, gate_score_from_trace(cdd_row["trace"]), threshold)
+    """CDD-alpha from a stored full-CDD row and the P1 row: the gate reads the trace's
+    step-1 and step-2 answers and, for ``gate="model"``, the stored judgement
+    (``cdd_row["gate_judgement"]``); no LLM call."""
+    trace = cdd_row["trace"]
+    contextual, parametric = _trace_answer(trace, CONTEXTUAL), _trace_answer(trace, PARAMETRIC)
+    judgement = cdd_row.get("gate_judgement")
+    routed, basis = gate_route(contextual, parametric, gate, threshold, judgement)
+    judged = (
+        gate == MODEL
+        and judgement is not None
+        and judgement.get("origin") == GENERATED
+        and judgement.get("status") != SKIPPED
+    )
+    return cdd_alpha_decision(
+        p1_row,
+        cdd_row,
+        gate_score(contextual, parametric),
+        threshold,
+        routed=routed,
+        gate=gate,
+        basis=basis,
+        gate_calls=int(judged),
+    )
 
 
 # --- prompt-only baselines ---------------------------------------------------------------
 #
 # Choice: every baseline is GRAB-RAG's P1 instruction (the abstention clause) plus its own
-# content, under GRAB-RAG's system message, scaffold, response format and grammar, so
-# its only difference from P1 is that content. (The system message's "use ONLY the
-# provided context" pulls every baseline towards the passages alike.)
+# content, under GRAB-RAG's scaffold and CDD's system message (:data:`CDD_SYSTEM`, without
+# "use ONLY the provided context", which would contradict the baselines' own instructions
+# to weigh what the model knows), so the baselines and CDD start from the same footing.
+# CAI and SHAM use GRAB-RAG's response format and grammar; REFLECT and FILTER the same
+# fields with the reasoning first (:data:`REASONING_FIRST_FORMAT`), because their
+# instructions ask for reasoning (a first answer and its critique; the claims to drop)
+# that must come before the answer it decides.
 
 _ABSTAIN_CLAUSE = POLICY_INSTRUCTIONS["P1"]
 
@@ -893,8 +1132,8 @@ BASELINE_PROMPTS: dict[str, str] = {
     "CAI": (
         "Trust the context unless it conflicts with well-established scientific or "
         "historical knowledge. If a claim in the context contradicts well-established "
-        'knowledge, say so in your reasoning, set decision to "abstain" and leave the '
-        f"answer empty. {_ABSTAIN_CLAUSE}"
+        "knowledge, say so in your reasoning and give the answer from that knowledge "
+        f'instead, or set decision to "abstain" if you are not sure of it. {_ABSTAIN_CLAUSE}'
     ),
     "SHAM": length_matched(
         "Work through the following steps before you respond.",
@@ -904,32 +1143,68 @@ BASELINE_PROMPTS: dict[str, str] = {
     "REFLECT": (
         "First, answer the question from the context. Then critique your own answer: "
         "check it against the context and against what you know, and look for mistakes. "
-        "Finally, give your final answer, revised if the critique found a problem. Put "
-        "the first answer and the critique in your reasoning and the final answer in the "
-        f"answer. {_ABSTAIN_CLAUSE}"
+        "Finally, give your final answer, revised if the critique found a problem. Write "
+        "the first answer and the critique in your reasoning, before the decision, and "
+        f"the final answer in the answer. {_ABSTAIN_CLAUSE}"
     ),
     "FILTER": (
         "First, find any claims in the context that are severely implausible or "
         "contradict well-established knowledge, and disregard them. Then answer the "
-        "question using only the remaining context. In your reasoning, list the claims you "
-        f"disregarded. {_ABSTAIN_CLAUSE}"
+        "question using only the remaining context. In your reasoning, before the "
+        f"decision, list the claims you disregarded. {_ABSTAIN_CLAUSE}"
     ),
 }
 BASELINES = tuple(BASELINE_PROMPTS)
 
+REASONING_FIRST_FORMAT = (
+    "Respond ONLY with a JSON object in this exact format:\n"
+    '{"reasoning": "your reasoning",\n'
+    '"decision": "answer" or "abstain",\n'
+    '"answer": "your answer or empty string",\n'
+    '"confidence": 0-100}\n'
+    "Start with { immediately.\n"
+    "Keep reasoning brief.\n"
+    "Do not use backslashes."
+)
+"""GRAB-RAG's response format (prompts.RESPONSE_FORMAT) with the reasoning first."""
+REASONING_FIRST = ("REFLECT", "FILTER")
+"""The baselines that reason before they commit (:data:`REASONING_FIRST_GRAMMAR`)."""
+
+
+def baseline_format(name: str) -> str:
+    return REASONING_FIRST_FORMAT if name in REASONING_FIRST else RESPONSE_FORMAT
+
+
+def baseline_grammar(name: str) -> str:
+    """The GBNF grammar of a baseline's call."""
+    if name not in BASELINE_PROMPTS:
+        raise ValueError(f"unknown baseline {name!r}; known: {', '.join(BASELINES)}")
+    return REASONING_FIRST_GRAMMAR if name in REASONING_FIRST else BASELINE_GRAMMAR
+
 
 def baseline_messages(name: str, question: str, context: str) -> list[dict[str, str]]:
-    """GRAB-RAG's P-prompt messages with the baseline's instruction as the policy
-    instruction; parse the output with :func:`grabrag.generation.parse_output`."""
+    """GRAB-RAG's P-prompt scaffold with the baseline's instruction as the policy
+    instruction and the baseline's response format, under :data:`CDD_SYSTEM`; call with
+    :func:`baseline_grammar` (or :func:`grammar_for_messages`) and parse the output with
+    :func:`grabrag.generation.parse_output` (it reads the fields in any order)."""
     if name not in BASELINE_PROMPTS:
         raise ValueError(f"unknown baseline {name!r}; known: {', '.join(BASELINES)}")
     user = "\n\n".join(
-        [_context_prefix(context, question), BASELINE_PROMPTS[name], RESPONSE_FORMAT]
+        [_context_prefix(context, question), BASELINE_PROMPTS[name], baseline_format(name)]
     )
     return [
-        {"role": "system", "content": SYSTEM_CONTEXT},
+        {"role": "system", "content": CDD_SYSTEM},
         {"role": "user", "content": user},
     ]
+
+
+def grammar_for_messages(messages: Sequence[Mapping[str, str]]) -> str:
+    """The grammar of a baseline call, from its messages: the reasoning-first grammar
+    when the user message ends with :data:`REASONING_FIRST_FORMAT`, else GRAB-RAG's.
+    (The generation loop builds messages per prompt name and then calls the model with
+    the messages alone; this keeps format and grammar in step.)"""
+    user = messages[-1]["content"]
+    return REASONING_FIRST_GRAMMAR if user.endswith(REASONING_FIRST_FORMAT) else BASELINE_GRAMMAR
 
 
 # --- diagnostics: trace perturbation ------------------------------------------------------
@@ -964,10 +1239,14 @@ def inject_mistake(
 ) -> dict[str, dict[str, Any]]:
     """The trace with a wrong conclusion injected, for the mistake-injection test.
 
-    The divergence step is replaced by ``diverge: true`` and :data:`MISTAKE_TEMPLATE`
-    (the wrong answer as fact plus the directive to give it); steps 1, 2 and 4 are kept
-    as they are; the resolution is dropped (to be rerun). A trace without a divergence
-    step (variant ``no_divergence``) has no conclusion to replace: ValueError.
+    The divergence step is replaced by an injected entry whose explanation is
+    :func:`mistake_explanation` (the wrong answer as fact plus the directive to give it)
+    and whose verdict is the one the two shown answers support (:func:`divergence_fallback`:
+    both given and different), so the injected text never contradicts the trace around
+    it, whatever the condition (an empty contextual answer at Q0, agreeing answers at
+    Q100, the planted answer at QC). Steps 1, 2 and 4 are kept as they are; the
+    resolution is dropped (to be rerun). A trace without a divergence step (variant
+    ``no_divergence``) has no conclusion to replace: ValueError.
     """
     if not normalize_answer(wrong_answer or ""):
         raise ValueError("the injected answer must not be empty")
@@ -975,10 +1254,14 @@ def inject_mistake(
     if divergence is None or divergence.get("skip_reason") == ABLATED:
         raise ValueError("the trace has no divergence step to inject a mistake into")
     out = _copy_trace(trace)
+    contextual, parametric = _trace_answer(trace, CONTEXTUAL), _trace_answer(trace, PARAMETRIC)
     out[DIVERGENCE] = StepResult(
         DIVERGENCE,
         INJECTED,
-        {"diverge": True, "explanation": MISTAKE_TEMPLATE.format(wrong_answer=wrong_answer)},
+        {
+            "diverge": divergence_fallback(contextual, parametric),
+            "explanation": mistake_explanation(contextual, parametric, wrong_answer),
+        },
         origin=INJECTED,
     ).to_dict()
     return out
@@ -1101,14 +1384,13 @@ def row_source_control(cdd_row: Mapping[str, Any]) -> str:
     return source_control(final, _trace_answer(trace, CONTEXTUAL), _trace_answer(trace, PARAMETRIC))
 
 
-ENTITY_SWAP, TEMPORAL_SHIFT, NUMERIC, DISTRACTOR, INTER_CONTEXT, CLEAN = (
-    "entity_swap",
-    "temporal_shift",
-    "numeric",
-    "distractor",
-    "inter_context",
-    "clean",
-)
+ENTITY_SWAP, TEMPORAL_SHIFT, DISTRACTOR = "entity_swap", "temporal_shift", "distractor"
+NUMERIC, INTER_CONTEXT, NO_ANSWER, CLEAN = "numeric", "inter_context", "no_answer", "clean"
+PAPER_TYPES = (ENTITY_SWAP, TEMPORAL_SHIFT, DISTRACTOR)
+"""The paper's perturbation types that have a counterpart here (its Logical
+Contradiction has none); the adversarial macro average is over these."""
+OTHER_TYPES = (NUMERIC, INTER_CONTEXT, NO_ANSWER)
+"""Perturbations of GRAB-RAG with no counterpart in the paper, reported beside the macro."""
 _QC_TIERS = {
     "1": TEMPORAL_SHIFT,
     "1b": TEMPORAL_SHIFT,
@@ -1116,14 +1398,17 @@ _QC_TIERS = {
     "3": ENTITY_SWAP,
     "4": ENTITY_SWAP,
 }
-_CONDITIONS = {"Q100": CLEAN, "Q50": CLEAN, "Q0": DISTRACTOR, "QX": INTER_CONTEXT}
+_CONDITIONS = {"Q100": CLEAN, "Q50": DISTRACTOR, "Q0": NO_ANSWER, "QX": INTER_CONTEXT}
 
 
 def perturbation_type(condition: str, tier: str | int | None = None) -> str:
-    """The paper's perturbation type of a GRAB-RAG condition (QC by its swap tier):
-    QC tiers 3/4 entity_swap, 1/1b temporal_shift, 2 numeric; Q0 distractor; QX
-    inter_context; Q100/Q50 clean. (The paper's Logical Contradiction has no
-    counterpart.) The tier is read only for QC."""
+    """The perturbation type of a GRAB-RAG condition (QC by its swap tier).
+
+    The paper's types: QC tiers 3/4 entity_swap, 1/1b temporal_shift, Q50 distractor
+    (Distractor Evidence: the answer is present among distractor passages). Beside
+    them, with no counterpart in the paper: QC tier 2 numeric, QX inter_context, Q0
+    no_answer (only hard negatives: no answer in the passages at all). Q100 is clean.
+    The paper's Logical Contradiction has no counterpart. The tier is read only for QC."""
     if condition == "QC":
         key = None if tier is None else str(tier)
         if key not in _QC_TIERS:

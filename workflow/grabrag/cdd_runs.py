@@ -14,9 +14,12 @@ Stored files (``results/cdd/<model>/<dataset>/``)
   prompt_tokens, completion_tokens, seconds, trace), and, when ``cdd.diagnostics`` is on,
   ``ablations`` ({no_premise, no_divergence}: run_cdd rows) and ``perturbations``
   ({truncated, mistake}: the rerun step 5's decision fields and its ``resolution`` entry;
-  the mistake run also has ``wrong_answer`` and ``wrong_answer_source``). Then
-  ``llm_calls`` (calls actually made for the question), ``reused_calls`` (calls answered
-  from an identical earlier call) and ``question_seconds``.
+  the mistake run also has ``wrong_answer`` and ``wrong_answer_source``), with
+  ``cdd.gate: model`` the contradiction judgement ``gate_judgement`` (a step entry:
+  ``contradict``; skipped without a call when an answer is empty or both are equal).
+  Then ``diagnostics`` and ``gate`` (the settings), ``llm_calls`` (calls actually made
+  for the question), ``reused_calls`` (calls answered from an identical earlier call)
+  and ``question_seconds``.
 * ``<condition>/{CAI,SHAM,REFLECT,FILTER}.jsonl``: generation rows
   (:func:`grabrag.generation.generation_row`, the schema of the P0-P2 cells).
 * ``diagnostics.csv``: :data:`DIAGNOSTIC_COLUMNS`, see :func:`diagnostics`.
@@ -39,9 +42,11 @@ the stored CB row, no call):
 
 That is 7 (no divergence found) or 9 calls per question and condition with diagnostics
 on (3 or 4 without), plus one for step 2 with ``parametric="in_context"`` (shared by
-every variant). A variant's own ``calls`` count is what it would cost on its own; the
-row's ``llm_calls`` is what was run. A reused call's step keeps the output and token
-counts and has ``seconds`` 0.
+every variant), plus CDD-alpha's contradiction judgement with ``gate="model"`` when the
+two answers are given and differ (:func:`grabrag.cdd.run_gate`, the question's last
+call, stored as ``gate_judgement``). A variant's own ``calls`` count is what it would
+cost on its own; the row's ``llm_calls`` is what was run. A reused call's step keeps
+the output and token counts and has ``seconds`` 0.
 
 Mistake injection: the injected wrong answer
 --------------------------------------------
@@ -52,15 +57,16 @@ replacement first, because at QC it is the wrong answer the passages already pus
 the test asks whether the trace's conclusion, not new information, moves the answer;
 a gold-matching candidate is skipped, since injecting the right answer is no mistake.
 
-Accuracy (diagnostics)
-----------------------
-:func:`correct`: at the should-answer conditions (Q100, Q50) an answer that is EM-correct;
-at the should-abstain ones (Q0, QC, QX) an abstention (GRAB-RAG's stance: the evidence is
-missing or planted, so any answer there is unsupported). An unparseable final step is
-never correct. :func:`correct_lenient` also credits an EM-correct answer at a
-should-abstain condition (the CDD paper's stance: recovering the true answer from
-parametric knowledge despite misleading passages); it is reported beside accuracy in
-the perturbation-type rows only.
+Accuracy and behaviour (diagnostics)
+------------------------------------
+Accuracy is the CDD paper's answer accuracy in every CDD statistic (:func:`correct`): the
+final answer matches a gold alias (EM after SQuAD normalisation) at every condition; an
+abstention (or an unparseable final step) is not correct. At QC a correct answer is the
+true one recovered against the swapped passage, the paper's adversarial accuracy. So an
+always-abstaining policy has accuracy 0. GRAB-RAG's own score, where abstaining is the
+right behaviour at the should-abstain conditions (an EM-correct answer at Q100/Q50, an
+abstention at Q0/QC/QX; :func:`behaviour_correct`), is reported beside it as
+``behaviour``, never under the name accuracy.
 """
 
 from __future__ import annotations
@@ -110,7 +116,7 @@ FIXED_WRONG_ANSWER = "Atlantis"
 """The last-resort injected wrong answer (a fictional place; never a gold answer here)."""
 REPLACEMENT, PARAMETRIC_ANSWER, FIXED = "replacement", "parametric_answer", "fixed"
 
-TRACE_FORMAT = 1
+TRACE_FORMAT = 2
 """Bumped when the traces.jsonl layout changes (part of :func:`prompt_contract`)."""
 
 SHOULD_ANSWER = M.SHOULD_ANSWER
@@ -141,18 +147,15 @@ DIAGNOSTIC_COLUMNS = (
     "reason",
 )
 SOURCE_LABELS = (C.SOURCE_CONTEXT, C.SOURCE_PARAMETRIC, C.SOURCE_BOTH, C.SOURCE_NEITHER)
-PERTURBATION_TYPES = (
-    C.CLEAN,
-    C.ENTITY_SWAP,
-    C.TEMPORAL_SHIFT,
-    C.NUMERIC,
-    C.DISTRACTOR,
-    C.INTER_CONTEXT,
-)
-ADVERSARIAL_TYPES = PERTURBATION_TYPES[1:]
+PERTURBATION_TYPES = (C.CLEAN, *C.PAPER_TYPES, *C.OTHER_TYPES)
+ADVERSARIAL_TYPES = C.PAPER_TYPES
+"""The types the adversarial macro average is over: the paper's that exist here."""
+ACCURACY, BEHAVIOUR = "accuracy", "behaviour"
 
 _NO_ROWS = "no rows"
-_NO_ADVERSARIAL = "no row of any adversarial perturbation type"
+_NO_ADVERSARIAL = (
+    "no row of the paper's perturbation types (entity swap, temporal shift, distractor)"
+)
 
 GrammarComplete = Callable[..., dict[str, Any]]
 
@@ -220,10 +223,15 @@ def cdd_question(
     *,
     parametric: str = C.CLOSED_BOOK,
     diagnostics: bool = True,
+    gate: str = C.LEXICAL,
 ) -> dict[str, Any]:
-    """Every CDD call of one context row: the full run, and with ``diagnostics`` the two
-    ablations and the two perturbed step-5 reruns. Resets the KV cache once, then runs
-    the calls back to back through a :class:`ReusingCompleter`."""
+    """Every CDD call of one context row: the full run, with ``diagnostics`` the two
+    ablations and the two perturbed step-5 reruns, and with ``gate="model"`` CDD-alpha's
+    contradiction judgement on the full run's step-1 and step-2 answers (last, stored as
+    ``gate_judgement``). Resets the KV cache once, then runs the calls back to back
+    through a :class:`ReusingCompleter`."""
+    if gate not in C.GATES:
+        raise ValueError(f"unknown gate {gate!r}; known: {', '.join(C.GATES)}")
     started = time.perf_counter()
     question, context = row["question"], row["context"]
     reset()
@@ -252,7 +260,10 @@ def cdd_question(
             TRUNCATED: truncated,
             MISTAKE: {**mistake, "wrong_answer": answer, "wrong_answer_source": source},
         }
+    if gate == C.MODEL:
+        out["gate_judgement"] = C.run_gate(reusing, question, full["trace"])
     out["diagnostics"] = diagnostics
+    out["gate"] = gate
     out["llm_calls"] = reusing.executed
     out["reused_calls"] = reusing.reused
     out["question_seconds"] = round(time.perf_counter() - started, 3)
@@ -283,6 +294,7 @@ def run_traces(
     *,
     parametric: str = C.CLOSED_BOOK,
     diagnostics: bool = True,
+    gate: str = C.LEXICAL,
     fingerprint: str = "",
     log: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
@@ -291,7 +303,8 @@ def run_traces(
     Each finished question is appended to the checkpoint as one line (flushed and
     fsynced); a killed job redoes at most the question in flight, and since each
     question starts from a reset KV cache the result is what an uninterrupted run
-    writes (timing aside). ``fingerprint`` names the settings: checkpoint rows of other
+    writes (timing aside). ``parametric``, ``diagnostics`` and ``gate`` as in
+    :func:`cdd_question`. ``fingerprint`` names the settings: checkpoint rows of other
     settings are not reused. The caller removes the checkpoint once the output is
     written. ``log`` gets one progress line per question."""
     if parametric not in C.PARAMETRIC_SOURCES:
@@ -324,6 +337,7 @@ def run_traces(
                 cb.get(qid),
                 parametric=parametric,
                 diagnostics=diagnostics,
+                gate=gate,
             )
             append_checkpoint_row(handle, {**out, _FINGERPRINT: fingerprint})
             done[qid] = out
@@ -358,7 +372,7 @@ def preflight_calls(
     for row in rows:
         cb_answer = (cb.get(row["qid"]) or {}).get("answer") or ""
         longest = max((row.get("replacement") or "", cb_answer, FIXED_WRONG_ANSWER), key=len)
-        explanation = C.MISTAKE_TEMPLATE.format(wrong_answer=longest) + " " + filler
+        explanation = C.longest_mistake_explanation(longest) + " " + filler
         trace = {
             C.CONTEXTUAL: {"status": C.OK, "fields": {"answer": filler, "confidence": 100}},
             C.PARAMETRIC: {
@@ -403,15 +417,17 @@ def prompt_contract() -> str:
     for perturbed in (C.truncate_trace(trace), C.inject_mistake(trace, "Rome")):
         messages = C.resolution_messages(_EXAMPLE_QUESTION, _EXAMPLE_CONTEXT, perturbed)
         digest.update(json.dumps(messages).encode())
+    gate = C.gate_messages(_EXAMPLE_QUESTION, "Lyon", "Paris")
+    digest.update(json.dumps([gate, C.GATE_GRAMMAR]).encode())
     return digest.hexdigest()[:16]
 
 
 def baseline_contract() -> str:
-    """A hash of the four baseline prompts (rendered on the example) and their grammar."""
+    """A hash of the four baseline prompts (rendered on the example) and their grammars."""
     digest = hashlib.sha256(C.BASELINE_GRAMMAR.encode())
     for name in BASELINE_POLICIES:
         messages = C.baseline_messages(name, _EXAMPLE_QUESTION, _EXAMPLE_CONTEXT)
-        digest.update(json.dumps([name, messages]).encode())
+        digest.update(json.dumps([name, messages, C.baseline_grammar(name)]).encode())
     return digest.hexdigest()[:16]
 
 
@@ -477,10 +493,12 @@ def cdd_alpha_decisions(
     p1_rows: Sequence[Mapping[str, Any]],
     trace_rows: Sequence[Mapping[str, Any]],
     threshold: float = C.GATE_THRESHOLD,
+    gate: str = C.LEXICAL,
 ) -> list[dict[str, Any]]:
     """CDD-alpha for every question of the P1 cell, in its order, from stored rows only
-    (:func:`grabrag.cdd.cdd_alpha_row`): the gate (1 - token F1 of the step-1 and step-2
-    answers >= ``threshold``) sends a question to the full CDD row, else it keeps P1's
+    (:func:`grabrag.cdd.cdd_alpha_row`): the gate (``gate="model"``: the stored
+    contradiction judgement of the step-1 and step-2 answers; ``"lexical"``: 1 - token
+    F1 >= ``threshold``) sends a question to the full CDD row, else it keeps P1's
     generation row (rule ``gate_bypass``, or ``parse_failed``)."""
     traces = _unique(trace_rows, "CDD trace")
     _unique(p1_rows, "P1 generation")
@@ -499,7 +517,10 @@ def cdd_alpha_decisions(
             )
         trace_row = traces[p1["qid"]]
         _check_trace_row(trace_row)
-        routed = C.cdd_alpha_row(p1, trace_row, threshold)
+        try:
+            routed = C.cdd_alpha_row(p1, trace_row, threshold, gate)
+        except ValueError as error:
+            raise DataError(f"CDD trace row for qid {p1['qid']}: {error}") from None
         out.append(
             _decision_row(
                 p1,
@@ -511,6 +532,8 @@ def cdd_alpha_decisions(
                 source=routed["source"],
                 gated=routed["gated"],
                 route=routed["route"],
+                gate=routed["gate"],
+                gate_basis=routed["gate_basis"],
                 gate_score=routed["gate_score"],
                 threshold=routed["threshold"],
                 llm_calls=routed["cdd_calls"],
@@ -519,9 +542,21 @@ def cdd_alpha_decisions(
     return out
 
 
+def cut_confidence(row: Mapping[str, Any]) -> bool:
+    """Whether a reasoning-first generation row was repaired without whitespace at its
+    end: its last field, the confidence, may have been cut by max_tokens."""
+    raw = row.get("raw") or ""
+    return row.get("parse_status") == "repaired" and not raw[-1:].isspace()
+
+
 def baseline_decisions(rows: Sequence[Mapping[str, Any]], policy: str) -> list[dict[str, Any]]:
     """A prompt-only baseline's decision rows, as GRAB-RAG's single-pass P0-P2: the
-    generation row's decision (rule ``generated``), or ``parse_failed``."""
+    generation row's decision (rule ``generated``), or ``parse_failed``.
+
+    A reasoning-first baseline (REFLECT, FILTER) ends with the confidence, so an output
+    cut off by max_tokens right after a number may hold an incomplete one ("8" of
+    "85"): such a repaired row counts as ``parse_failed`` unless whitespace after the
+    number shows it was finished (:func:`cut_confidence`)."""
     if policy not in BASELINE_POLICIES:
         raise ValueError(f"{policy!r} is not a baseline ({', '.join(BASELINE_POLICIES)})")
     _unique(rows, f"{policy} generation")
@@ -533,7 +568,11 @@ def baseline_decisions(rows: Sequence[Mapping[str, Any]], policy: str) -> list[d
                 f"{row['prompt']!r}; the rule was given the wrong generation file"
             )
         decision = row.get("decision")
-        if decision is None or row.get("parse_status") == GENERATION_FAILED:
+        if (
+            decision is None
+            or row.get("parse_status") == GENERATION_FAILED
+            or (policy in C.REASONING_FIRST and cut_confidence(row))
+        ):
             out.append(
                 _decision_row(
                     row, policy, decision=None, answer=None, confidence=None, rule="parse_failed"
@@ -558,23 +597,25 @@ def baseline_decisions(rows: Sequence[Mapping[str, Any]], policy: str) -> list[d
 # --- diagnostics -------------------------------------------------------------------------------
 
 
-def correct(row: Mapping[str, Any] | None, condition: str, gold: Sequence[str]) -> bool:
-    """Accuracy of one outcome (module docstring): an EM-correct answer at Q100/Q50, an
-    abstention at Q0/QC/QX; an unparseable (decision None) or missing outcome is wrong."""
+def correct(row: Mapping[str, Any] | None, gold: Sequence[str]) -> bool:
+    """The CDD paper's answer accuracy of one outcome: the final answer matches a gold
+    alias (EM after SQuAD normalisation, :func:`grabrag.metrics.row_em`), at every
+    condition. An abstention, an unparseable (decision None) or a missing outcome is
+    not correct."""
+    return row is not None and M.answered(row) and M.row_em(row, gold) == 1.0
+
+
+def behaviour_correct(row: Mapping[str, Any] | None, condition: str, gold: Sequence[str]) -> bool:
+    """GRAB-RAG's behaviour score of one outcome (``behaviour``, never called accuracy):
+    an EM-correct answer at Q100/Q50, an abstention at Q0/QC/QX; an unparseable or
+    missing outcome is wrong."""
     if row is None:
         return False
     if condition in SHOULD_ANSWER:
-        return M.answered(row) and M.row_em(row, gold) == 1.0
+        return correct(row, gold)
     if condition in SHOULD_ABSTAIN:
         return M.abstained(row)
     raise ValueError(f"unknown condition {condition!r}")
-
-
-def correct_lenient(row: Mapping[str, Any] | None, condition: str, gold: Sequence[str]) -> bool:
-    """:func:`correct`, also crediting an EM-correct answer at a should-abstain condition."""
-    if row is not None and M.answered(row) and M.row_em(row, gold) == 1.0:
-        return True
-    return correct(row, condition, gold)
 
 
 def _changed(clean: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
@@ -687,22 +728,29 @@ def diagnostics(
     from a seed per (seed, dataset, condition), so every statistic of one condition is
     paired):
 
+    Accuracy is the CDD paper's answer accuracy everywhere (:func:`correct`: the final
+    answer matches a gold alias; an abstention is not correct); GRAB-RAG's behaviour
+    score (:func:`behaviour_correct`) is the separate metric ``behaviour``.
+
     * ``sensitivity`` (policy CDD, variant ``truncated`` / ``mistake``, per condition and
       ``all``; only when the traces have the perturbation runs): ``acc_clean``,
-      ``acc_corrupted``, ``sensitivity`` = (acc_clean - acc_corrupted) / acc_clean
+      ``acc_corrupted`` (answer accuracy), ``sensitivity`` = (acc_clean - acc_corrupted) / acc_clean
       (NaN with a reason when acc_clean is 0), ``changed`` (share of rows whose decision
       or normalised answer the perturbation changed).
     * ``ablation`` (policy CDD, variant ``full`` / ``no_premise`` / ``no_divergence``, per
-      condition and ``all``; only with the ablation runs): ``accuracy``, ``answer_rate``.
+      condition and ``all``; only with the ablation runs): ``accuracy``, ``behaviour``,
+      ``answer_rate``.
     * ``source_control`` (policy CDD, variant ``full``, per condition and ``all``): how
       many answered rows give the contextual answer, the parametric one, both (they
       agree) or neither (:func:`grabrag.cdd.row_source_control`); value = count, n =
       answered rows.
     * ``perturbation_type`` (each policy with decisions, per type of
       :func:`grabrag.cdd.perturbation_type`, pooling the conditions of a type):
-      ``accuracy`` and ``accuracy_lenient``, then type ``macro_adversarial``: the
-      unweighted mean over the adversarial types that have rows (the paper's macro
-      average; its CI resamples each type's rows separately), n = rows of those types.
+      ``accuracy`` and ``behaviour``, then type ``macro_adversarial``: the unweighted mean
+      over the paper's types that have rows (:data:`ADVERSARIAL_TYPES`: entity swap,
+      temporal shift, distractor; the paper's macro average, its CI resampling each
+      type's rows separately), n = rows of those types. numeric, inter_context and
+      no_answer are reported as types of their own, outside the macro.
     """
     out = _Rows(model, dataset)
     level = confidence_level
@@ -737,12 +785,12 @@ def _condition_diagnostics(
     counts = resample_counts(n, n_resamples, _seed(seed, dataset, condition), dtype=np.float32)
     reason = None if n else _NO_ROWS
     where = {"policy": CDD, "condition": condition}
-    clean = [correct(row, c, gold) for c, row, gold in units]
+    clean = [correct(row, gold) for _, row, gold in units]
     # sensitivity
     if runs["perturbations"]:
         for variant in PERTURBATIONS:
             rows = [row["perturbations"][variant] for _, row, _ in units]
-            corrupted = [correct(r, c, g) for r, (c, _, g) in zip(rows, units, strict=True)]
+            corrupted = [correct(r, g) for r, (_, _, g) in zip(rows, units, strict=True)]
             changed = [_changed(row, r) for r, (_, row, _) in zip(rows, units, strict=True)]
             at = {**where, "variant": variant}
             out.add(SENSITIVITY, "acc_clean", *_mean(clean, counts, level), n, reason, **at)
@@ -760,10 +808,14 @@ def _condition_diagnostics(
     if runs["ablations"]:
         for variant in (C.FULL, *ABLATIONS):
             rows = [row if variant == C.FULL else row["ablations"][variant] for _, row, _ in units]
-            accuracy = [correct(r, c, g) for r, (c, _, g) in zip(rows, units, strict=True)]
+            accuracy = [correct(r, g) for r, (_, _, g) in zip(rows, units, strict=True)]
+            behaviour = [
+                behaviour_correct(r, c, g) for r, (c, _, g) in zip(rows, units, strict=True)
+            ]
             answered = [r is not None and M.answered(r) for r in rows]
             at = {**where, "variant": variant}
-            out.add(ABLATION, "accuracy", *_mean(accuracy, counts, level), n, reason, **at)
+            out.add(ABLATION, ACCURACY, *_mean(accuracy, counts, level), n, reason, **at)
+            out.add(ABLATION, BEHAVIOUR, *_mean(behaviour, counts, level), n, reason, **at)
             out.add(ABLATION, "answer_rate", *_mean(answered, counts, level), n, reason, **at)
     # source control of the full run's answered rows
     sources = [C.row_source_control(row) for _, row, _ in units if M.answered(row)]
@@ -791,7 +843,7 @@ def _perturbation_types(
 ) -> None:
     policies = list(dict.fromkeys(policy for _, policy in decisions))
     for policy in policies:
-        # type -> [(correct, lenient)] over the rows of every condition of that type
+        # type -> [(accuracy, behaviour)] over the rows of every condition of that type
         by_type: dict[str, list[tuple[bool, bool]]] = {t: [] for t in PERTURBATION_TYPES}
         for condition in conditions:
             rows = decisions.get((condition, policy))
@@ -807,10 +859,8 @@ def _perturbation_types(
                         "rerun the policy rule"
                     )
                 gold = list(context.get("answers") or [])
-                by_type[kind].append(
-                    (correct(row, condition, gold), correct_lenient(row, condition, gold))
-                )
-        metrics = ("accuracy", "accuracy_lenient")
+                by_type[kind].append((correct(row, gold), behaviour_correct(row, condition, gold)))
+        metrics = (ACCURACY, BEHAVIOUR)
         # per adversarial type with rows: (point estimate, resampled means) per metric
         typed: dict[str, list[tuple[float, np.ndarray]]] = {m: [] for m in metrics}
         covered = 0

@@ -72,7 +72,8 @@ NLI row); a missing one is a DataError naming the qids and the kind of file.
   :mod:`grabrag.cdd_runs`): CDD takes its full run's step-5 decision, answer and
   confidence (rule ``cdd_resolved``; ``parse_failed`` when step 5 could not be parsed);
   CDD_ALPHA takes the CDD row for a question its contradiction gate routes (step-1 vs
-  parametric answer) and the P1 generation row otherwise (rule ``gate_bypass``), with
+  parametric answer: the stored model judgement, or the lexical score) and the P1
+  generation row otherwise (rule ``gate_bypass``), with
   no new model call; each baseline passes its own generation row through like P0-P2.
 """
 
@@ -457,9 +458,11 @@ def decide(
     cutoff: float = CONFIDENCE_CUTOFF,
     threshold: float = F1_THRESHOLD,
     gate_threshold: float | None = None,
+    gate: str | None = None,
 ) -> list[dict[str, Any]]:
     """Decision rows of ``policy`` from ``inputs`` keyed as in :data:`POLICY_INPUTS`.
-    ``gate_threshold``: CDD-alpha's contradiction gate (None: grabrag.cdd's default)."""
+    ``gate``, ``gate_threshold``: CDD-alpha's contradiction gate ("model" or "lexical")
+    and the lexical gate's threshold (None: grabrag.cdd's defaults, the lexical gate)."""
     if policy not in POLICY_INPUTS:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     missing = [key for key in POLICY_INPUTS[policy] if key not in inputs]
@@ -472,8 +475,10 @@ def decide(
     if policy == CDD:
         return cdd_runs.cdd_decisions(inputs[CDD])
     if policy == CDD_ALPHA:
-        gate = cdd_runs.C.GATE_THRESHOLD if gate_threshold is None else gate_threshold
-        return cdd_runs.cdd_alpha_decisions(inputs["P1"], inputs[CDD], gate)
+        limit = cdd_runs.C.GATE_THRESHOLD if gate_threshold is None else gate_threshold
+        return cdd_runs.cdd_alpha_decisions(
+            inputs["P1"], inputs[CDD], limit, gate or cdd_runs.C.LEXICAL
+        )
     if policy in CDD_BASELINES:
         return cdd_runs.baseline_decisions(inputs[policy], policy)
     if policy == "P3":

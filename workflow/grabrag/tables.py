@@ -885,7 +885,11 @@ CDD_VARIANTS = {
     "no_premise": "without premise isolation",
     "no_divergence": "without divergence check",
 }
-CDD_TYPES = ("clean", "entity_swap", "temporal_shift", "numeric", "distractor", "inter_context")
+CDD_PAPER_TYPES = ("entity_swap", "temporal_shift", "distractor")
+"""The CDD paper's perturbation types with a counterpart here (the adversarial macro)."""
+CDD_OTHER_TYPES = ("numeric", "inter_context", "no_answer")
+"""GRAB-RAG perturbations without a counterpart in the paper, reported beside the macro."""
+CDD_TYPES = ("clean", *CDD_PAPER_TYPES, *CDD_OTHER_TYPES)
 
 
 def _diag_lookup(diagnostics: pd.DataFrame) -> Callable[..., Any]:
@@ -922,9 +926,10 @@ def _conditions_of(frame: pd.DataFrame) -> list[str]:
 def table_cdd_results(metrics: pd.DataFrame, diagnostics: pd.DataFrame) -> pd.DataFrame:
     """Per model x dataset x policy (P1, then the CDD family): the answer rate per condition
     (HwSA at the should-abstain ones) and EM at Q100 with 95% CIs (from the metric table),
-    accuracy per perturbation type and its macro average over the adversarial types with
-    a 95% CI (from diagnostics.csv; accuracy: an EM-correct answer at Q100/Q50, an
-    abstention at Q0/QC/QX, see grabrag.cdd_runs)."""
+    then the CDD paper's answer accuracy (the final answer matches a gold alias; an
+    abstention is not correct; from diagnostics.csv) on clean rows, per paper
+    perturbation type and their macro average with a 95% CI, and beside the macro the
+    types without a counterpart in the paper (numeric swaps, QX, Q0)."""
     get = _lookup(metrics)
     diag = _diag_lookup(diagnostics)
     conditions = _conditions_of(metrics)
@@ -944,21 +949,22 @@ def table_cdd_results(metrics: pd.DataFrame, diagnostics: pd.DataFrame) -> pd.Da
                 label = "HwSA" if condition in SHOULD_ABSTAIN else "Ans"
                 row[f"{label}@{condition} [95% CI]"] = pct_ci(*_triple(rate))
             row["EM@Q100 [95% CI]"] = pct_ci(*_triple(get(model, dataset, policy, "Q100", "em")))
-            for kind in types:
-                entry = diag(model, dataset, "perturbation_type", "accuracy", policy, kind=kind)
-                row[f"Acc {kind}"] = pct(_value(entry))
-            macro = diag(
-                model, dataset, "perturbation_type", "accuracy", policy, kind="macro_adversarial"
-            )
+            at = (model, dataset, "perturbation_type", "accuracy", policy)
+            for kind in (t for t in types if t not in CDD_OTHER_TYPES):
+                row[f"Acc {kind}"] = pct(_value(diag(*at, kind=kind)))
+            macro = diag(*at, kind="macro_adversarial")
             row["Acc adversarial macro [95% CI]"] = pct_ci(*_triple(macro))
+            for kind in (t for t in types if t in CDD_OTHER_TYPES):  # beside the macro
+                row[f"Acc {kind}"] = pct(_value(diag(*at, kind=kind)))
             rows.append(row)
     return pd.DataFrame(rows)
 
 
 def table_cdd_sensitivity(diagnostics: pd.DataFrame) -> pd.DataFrame:
     """Causal sensitivity of CDD's trace per model x dataset, perturbation and condition
-    (and all conditions pooled): clean and corrupted accuracy, the relative drop with its
-    paired bootstrap CI, and the share of outcomes the perturbation changed."""
+    (and all conditions pooled): clean and corrupted answer accuracy (the CDD paper's),
+    the relative drop with its paired bootstrap CI, and the share of outcomes the
+    perturbation changed."""
     diag = _diag_lookup(diagnostics)
     chosen = diagnostics[diagnostics.section == "sensitivity"]
     conditions = [*_conditions_of(chosen), "all"]
@@ -994,8 +1000,10 @@ def table_cdd_sensitivity(diagnostics: pd.DataFrame) -> pd.DataFrame:
 
 
 def table_cdd_ablation(diagnostics: pd.DataFrame) -> pd.DataFrame:
-    """CDD's accuracy per model x dataset x condition (and all pooled): full vs without
-    premise isolation vs without the divergence check, with 95% CIs."""
+    """CDD per model x dataset x condition (and all pooled): full vs without premise
+    isolation vs without the divergence check, with 95% CIs: the paper's answer accuracy
+    ("Acc"), then GRAB-RAG's behaviour score ("Behaviour": an EM-correct answer at
+    Q100/Q50, an abstention at Q0/QC/QX)."""
     diag = _diag_lookup(diagnostics)
     chosen = diagnostics[diagnostics.section == "ablation"]
     rows = []
@@ -1005,11 +1013,12 @@ def table_cdd_ablation(diagnostics: pd.DataFrame) -> pd.DataFrame:
             if full is None:
                 continue
             row = {"model": model, "dataset": dataset, "condition": condition, "n": _n(full)}
-            for variant in ("full", "no_premise", "no_divergence"):
-                entry = diag(
-                    model, dataset, "ablation", "accuracy", variant=variant, condition=condition
-                )
-                row[f"Acc {CDD_VARIANTS[variant]}"] = pct_ci(*_triple(entry))
+            for metric, label in (("accuracy", "Acc"), ("behaviour", "Behaviour")):
+                for variant in ("full", "no_premise", "no_divergence"):
+                    entry = diag(
+                        model, dataset, "ablation", metric, variant=variant, condition=condition
+                    )
+                    row[f"{label} {CDD_VARIANTS[variant]}"] = pct_ci(*_triple(entry))
             rows.append(row)
     return pd.DataFrame(rows)
 

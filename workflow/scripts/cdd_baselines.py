@@ -6,7 +6,7 @@ from pathlib import Path
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
 from grabrag.assets import resolve
-from grabrag.cdd import baseline_messages
+from grabrag.cdd import baseline_messages, grammar_for_messages
 from grabrag.generation import LlamaGenerator, cell_report, run_cells, settings_from
 from grabrag.io import read_jsonl, write_jsonl
 from grabrag.progress import Progress
@@ -34,8 +34,13 @@ def main(smk):
     )
     checkpoint = Path(smk.params.checkpoint)
     progress = Progress(total=len(rows) * len(names), log=log.info)
+
+    def complete(messages):
+        # REFLECT and FILTER reason first: each baseline's grammar follows its format
+        return generator.complete(messages, grammar=grammar_for_messages(messages))
+
     cells = run_cells(
-        generator.complete,
+        complete,
         generator.reset,
         rows,
         names,

@@ -19,6 +19,7 @@ def main(smk):
     rows = read_jsonl(smk.input.contexts)
     settings = smk.params.cdd
     parametric, diagnostics = settings["parametric"], settings["diagnostics"]
+    gate = settings["gate"]
     # The CB rows are read in both modes: the preflight sizes the longest trace with them.
     cb_rows = read_jsonl(smk.input.cb)
     model = smk.params.model
@@ -44,10 +45,11 @@ def main(smk):
     ).hexdigest()[:16]
     checkpoint = Path(smk.params.checkpoint)
     log.info(
-        "%d questions, parametric=%s, diagnostics=%s, step_max_tokens=%d",
+        "%d questions, parametric=%s, diagnostics=%s, gate=%s, step_max_tokens=%d",
         len(rows),
         parametric,
         diagnostics,
+        gate,
         generation.max_tokens,
     )
     traces = run_traces(
@@ -58,6 +60,7 @@ def main(smk):
         checkpoint,
         parametric=parametric,
         diagnostics=diagnostics,
+        gate=gate,
         fingerprint=fingerprint,
         log=log.info,
     )

@@ -19,6 +19,7 @@ def main(smk):
         smk.params.cutoff,
         smk.params.threshold,
         gate_threshold=smk.params.gate_threshold,
+        gate=smk.params.gate,
     )
     write_jsonl(smk.output.decisions, rows)
     answered = sum(r["decision"] == "answer" for r in rows)
