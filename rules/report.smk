@@ -11,7 +11,6 @@ TABLE_NAMES = [
     "table9_qc_sources",
     "table10_aurc",
     "table11_ece",
-    "table11b_ece15",
     "table12_p3_sweep",
     "normalised_hwsa",
     "selection_bias",
@@ -21,6 +20,8 @@ if "QX" in GENERATION_CONDITIONS:
     TABLE_NAMES.append("hwsa_conditions")
 if EVID_POLICIES:
     TABLE_NAMES += [
+        # 15-bin ECE: EvidentialRAG's calibration measure, for comparing EVID with P0-P4.
+        "table11b_ece15",
         "evid_results",
         "evid_efficiency",
         "evid_lambda_sweep",
