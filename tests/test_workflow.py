@@ -373,6 +373,10 @@ def test_filled_audit_recomputes_hwsa_on_the_clean_subset(tiny_run: Path, tmp_pa
     assert table.startswith("Table 6:") and "Macro avg (P0-P4)" in table
     assert "of 5 " in table  # preserved signs over the P0-P4 cells (one model x dataset)
     assert (tmp_path / "results/tables/table6_audit.tex").exists()
+    quality = (tmp_path / "results/tables/audit_quality.md").read_text()
+    assert quality.startswith("QC quality audit") and "broken rate by type" in quality
+    examples = (tmp_path / "results/tables/table5_swap_examples.csv").read_text()
+    assert "broken" in examples and "fluent" in examples  # grouped by the audit's ratings
 
 
 def _copy_run(tiny_run: Path, workdir: Path) -> None:
@@ -467,6 +471,11 @@ TABLE_NAMES = (
     "evid_tau_sweep",
     "evid_ablation",
     "table13_seed_sensitivity",
+    "table4_ner_labels",
+    "table5_swap_examples",
+    "table12b_cutoff_sweep",
+    "closed_book",
+    "section6_aggregates",
 )
 FIGURE_NAMES = (
     "abstention_by_condition",
@@ -582,6 +591,7 @@ def test_report_html(tiny_run: Path, tmp_path: Path) -> None:
     # each table and figure has its own caption, grouped under Tables and Figures
     assert "Table 1: HwSA at Q0 vs QC on paired QC-eligible questions" in html
     assert "Table 13: seed sensitivity of HwSA" in html
+    assert "Table 5: QC swap examples" in html and "Section 6 aggregates" in html
     assert "Figure 2: abstention rate by context condition, averaged over the datasets" in html
     assert '"Tables"' in html and '"Figures"' in html
     assert "mailto:HwSA" not in html  # HwSA@QC stays text, not an e-mail link
