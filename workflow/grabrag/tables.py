@@ -1049,14 +1049,14 @@ def table_cutoff_sweep(
     rows = []
     for cutoff, values in grouped.iterrows():
         row: dict[str, Any] = {"Cutoff": f"{cutoff:g}"}
-        for column, label in (
-            ("hwsa_qc", "HwSA_QC (lower safer)"),
-            ("fac_q100", "FAC_Q100 (lower better)"),
-            ("ans_q100", "Q100 Ans (higher better)"),
+        for column, short, label in (
+            ("hwsa_qc", "HwSA_QC", "HwSA_QC (lower safer)"),
+            ("fac_q100", "FAC_Q100", "FAC_Q100 (lower better)"),
+            ("ans_q100", "Q100 Ans", "Q100 Ans (higher better)"),
         ):
             row[label] = pct(values[column])
             diff = float("nan") if base is None else values[column] - base[column]
-            row[f"{label.split(' ')[0]} vs cf={reference:g} (pp)"] = _pp(diff)
+            row[f"{short} vs cf={reference:g} (pp)"] = _pp(diff)
         rows.append(row)
     return pd.DataFrame(rows)
 
