@@ -1295,6 +1295,7 @@ SWAP_TABLE_COLUMNS = (
     "gold_answers",
     "original_span",
     "replacement",
+    "candidates_tried",
     "original_passage",
     "modified_passage",
 )
@@ -1317,6 +1318,11 @@ def swap_table(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "gold_answers": " | ".join(r.get("answers") or []),
                 "original_span": r.get("original_span", "") if ok else "",
                 "replacement": r.get("replacement", "") if ok else "",
+                "candidates_tried": (
+                    r.get("candidates_tried", "")
+                    if ok
+                    else sum((r.get("candidates_tried_by_tier") or {}).values()) or ""
+                ),
                 "original_passage": (r.get("passage") or {}).get("text", "") if ok else "",
                 "modified_passage": r.get("modified_text", "") if ok else "",
             }
