@@ -7,11 +7,16 @@ rule entity_pool:
         questions=f"{RESULTS}/data/{{dataset}}/questions.jsonl",
         corpus=f"{RESULTS}/data/{{dataset}}/corpus.jsonl",
         ner=asset_manifest(config["ner"]["asset"]),
+        # qc.pool dataset_gold reads every gold passage of the source split.
+        source=lambda wildcards: (
+            dataset_asset(wildcards) if config["qc"]["pool"] == "dataset_gold" else []
+        ),
     output:
         pool=f"{RESULTS}/qc/{{dataset}}/entity_pool.json",
     params:
         ner=stable(config["ner"]),
         pool_source=config["qc"]["pool"],
+        adapter=lambda wildcards: config["datasets"][wildcards.dataset]["adapter"],
     log:
         f"{RESULTS}/logs/entity_pool/{{dataset}}.log",
     conda:

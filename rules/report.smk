@@ -11,16 +11,24 @@ TABLE_NAMES = [
     "table9_qc_sources",
     "table10_aurc",
     "table11_ece",
-    "table11b_ece15",
     "table12_p3_sweep",
     "normalised_hwsa",
     "selection_bias",
     "parse_failures",
+    # The paper's other outputs: Tables 4 and 5 (NER labels, swap examples), the
+    # confidence-cutoff sweep and the closed-book pass (Appendix F), section 6's aggregates.
+    "table4_ner_labels",
+    "table5_swap_examples",
+    "table12b_cutoff_sweep",
+    "closed_book",
+    "section6_aggregates",
 ]
 if "QX" in GENERATION_CONDITIONS:
     TABLE_NAMES.append("hwsa_conditions")
 if EVID_POLICIES:
     TABLE_NAMES += [
+        # 15-bin ECE: EvidentialRAG's calibration measure, for comparing EVID with P0-P4.
+        "table11b_ece15",
         "evid_results",
         "evid_efficiency",
         "evid_lambda_sweep",
@@ -31,7 +39,7 @@ if EVID_POLICIES:
 # CDD, CDD-alpha and the baselines (rules/cdd.smk, included before this file).
 TABLE_NAMES += CDD_TABLE_NAMES
 if AUDITED_DATASETS:
-    TABLE_NAMES.append("table6_audit")
+    TABLE_NAMES += ["table6_audit", "audit_quality"]
 if SEED_VARIANTS:
     TABLE_NAMES.append("table13_seed_sensitivity")
 TABLES = {name: table_caption(name) for name in TABLE_NAMES}
@@ -129,6 +137,13 @@ rule tables:
         ),
         seed_metrics=expand(f"{RESULTS}/metrics/{{dataset}}.csv", dataset=SEED_VARIANTS),
         audits=expand(f"{RESULTS}/qc/{{dataset}}/audit_hwsa.csv", dataset=AUDITED_DATASETS),
+        audit_ratings=[config["qc"]["audit_filled"][d] for d in AUDITED_DATASETS],
+        swaps=expand(f"{RESULTS}/qc/{{dataset}}/swaps.jsonl", dataset=DATASETS),
+        closed_book=expand(
+            f"{RESULTS}/generation/{{model}}/{{dataset}}/Qclosed/{CLOSED_BOOK_PROMPT}.jsonl",
+            model=MODELS,
+            dataset=DATASETS,
+        ),
         evid_sweeps=expand(
             f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv",
             model=MODELS,
@@ -169,6 +184,16 @@ rule tables:
             {name: {**spec, "base_seed": config["seed"]} for name, spec in SEED_VARIANTS.items()}
         ),
         fusion=fusion_settings(),
+        paper_outputs=stable(
+            {
+                "ner_backend": config["ner"]["backend"],
+                "audited": AUDITED_DATASETS,
+                "confidence_cutoff": config["policies"]["confidence_cutoff"],
+                "f1_threshold": config["policies"]["f1_threshold"],
+                "bootstrap": config["bootstrap"],
+                "seed": config["seed"],
+            }
+        ),
         code=library_code("tables.py"),
     log:
         f"{RESULTS}/logs/tables.log",

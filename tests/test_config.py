@@ -20,9 +20,14 @@ def embedded() -> dict:
 
 
 def test_both_shipped_configs_validate() -> None:
-    for name in ("config.yaml", "config/paper.yaml", "tests/config/tiny.yaml"):
+    for name in (
+        "config.yaml",
+        "config/paper.yaml",
+        "config/extended.yaml",
+        "tests/config/tiny.yaml",
+    ):
         config = load_config(str(REPO / name))
-        if name == "config/paper.yaml":
+        if name.startswith("config/"):
             assert config["contexts"]["max_context_tokens"] == 1500
             # CDD as in its paper: in-context step 2, the model's contradiction gate
             assert (config["cdd"]["parametric"], config["cdd"]["gate"]) == ("in_context", "model")
@@ -179,3 +184,26 @@ def test_embedded_config_is_used_from_another_working_directory(tmp_path) -> Non
     # one generate_closed_book job per embedded model x dataset
     n_cells = len(embedded["models"]) * len(embedded["datasets"])
     assert re.search(rf"generate_closed_book\s+{n_cells}\b", out), out[-3000:]
+
+
+def test_paper_config_is_the_paper_and_extended_adds_every_extension() -> None:
+    paper = load_config(str(REPO / "config/paper.yaml"))
+    extended = load_config(str(REPO / "config/extended.yaml"))
+    assert paper["policies"]["names"] == ["P0", "P1", "P2", "P3", "P4"]
+    assert paper["generation"]["conditions"] == ["Q100", "Q50", "Q0", "QC"]
+    assert sorted(paper["models"]) == ["llama-3.1-8b", "phi-4-mini", "qwen2.5-7b"]
+    assert sorted(paper["datasets"]) == ["hotpotqa", "nq"]
+    assert {d["n_questions"] for d in paper["datasets"].values()} == {500}
+    assert paper["qc"]["pool"] == "dataset_gold"  # all gold passages of the dataset
+    assert paper["assets"]["nq-open-gold"]["split"] == "test"  # NQ's official dev questions
+    assert extended["generation"]["conditions"] == [*paper["generation"]["conditions"], "QX"]
+    assert extended["policies"]["names"] == [
+        *paper["policies"]["names"],
+        *("EVID", "EVID_CB", "CDD", "CDD_ALPHA", "CAI", "SHAM", "REFLECT", "FILTER"),
+    ]
+    assert extended["evidential"]["datasets"] is None and extended["cdd"]["datasets"] is None
+    # everything else is the paper's setting
+    for key in ("generation", "policies"):
+        for config in (paper, extended):
+            config.pop(key)
+    assert extended == paper

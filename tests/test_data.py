@@ -34,6 +34,7 @@ from grabrag.data import (
     adapt_jsonl,
     adapt_squad_v1,
     build_dataset,
+    dataset_gold_texts,
     exclusion_reason,
 )
 from grabrag.errors import DataError, GrabragError
@@ -947,3 +948,16 @@ def test_hub_export_round_trips_through_the_adapter(fixture: Path, adapter, tmp_
         [p.pid for p in e.gold_passages] for e in direct.examples
     ]
     assert [p.pid for p in via_hub.other_passages] == [p.pid for p in direct.other_passages]
+
+
+def test_dataset_gold_texts_cover_the_whole_split_not_only_the_sample() -> None:
+    """The paper's entity pool: every gold passage of the dataset, sampled or not."""
+    examples = [
+        RawExample("q1", "Q1?", ["Paris"], [Passage("A", "Paris text."), Passage("B", " ")]),
+        RawExample("q2", "Q2?", ["yes"], [Passage("C", "Yes-no gold text.")]),
+        RawExample("q3", "Q3?", ["Lyon"], [Passage("A", "Paris text."), Passage("D", "Lyon.")]),
+    ]
+    output = AdapterOutput(examples, [Passage("E", "A distractor.")])
+    assert dataset_gold_texts(output) == ["Paris text.", "Yes-no gold text.", "Lyon."]
+    questions, _, _ = build_dataset(output, n_questions=1, seed=0)
+    assert len(questions) == 1  # the sample is smaller than the pool's source

@@ -74,7 +74,7 @@ P1 = {
     ],
     "QC": [
         r("q1", "answer", "Lyon", 85),  # echo
-        r("q2", "answer", "in 1939", 75),  # override (contains the gold), EM 0, F1 2/3
+        r("q2", "answer", "in 1939", 75),  # hallucination (lenient: override), EM 0, F1 2/3
         r("q3", "answer", "Andrew Brown", 65),  # hallucination
     ],
 }
@@ -156,10 +156,15 @@ def test_hwsa_on_the_paired_subset_and_the_difference(table) -> None:
 
 
 def test_qc_breakdown(table) -> None:
-    # P1: echo q1, override q2 (contains "1939"), hallucination q3
+    # P1: echo q1, hallucination q2 ("in 1939" is no normalised match) and q3
+    expected = {"echo": 1, "override": 0, "hallucination": 2}
+    for category, count in expected.items():
+        assert value(table, "P1", "QC", f"qc_{category}") == count
+        assert value(table, "P1", "QC", f"qc_{category}_share") == pytest.approx(count / 3)
+    # the lenient (containment) split: q2 contains the gold, an override
     for category in ("echo", "override", "hallucination"):
-        assert value(table, "P1", "QC", f"qc_{category}") == 1
-        assert value(table, "P1", "QC", f"qc_{category}_share") == pytest.approx(1 / 3)
+        assert value(table, "P1", "QC", f"qc_{category}_lenient") == 1
+        assert value(table, "P1", "QC", f"qc_{category}_lenient_share") == pytest.approx(1 / 3)
     assert value(table, "P1", "QC", "qc_answered") == 3
     # P3: one answer, an echo
     assert value(table, "P3", "QC", "qc_echo_share") == 1.0
@@ -430,8 +435,10 @@ def test_vectorised_values_match_the_row_metrics_on_random_cells() -> None:
             M.hwsa(cells[("m", "Q0", policy)], set(eligible))
         )
         breakdown = M.qc_breakdown(qc, qc_ctx)
+        lenient = M.qc_breakdown(qc, qc_ctx, lenient=True)
         for category in M.QC_CATEGORIES:
             assert keyed[(policy, "QC", f"qc_{category}")] == breakdown[category]
+            assert keyed[(policy, "QC", f"qc_{category}_lenient")] == lenient[category]
         refusal = M.refusal_scores({c: cells[("m", c, policy)] for c in ctx})
         for metric, expected in refusal.items():
             assert keyed[(policy, "pooled", metric)] == pytest.approx(expected)

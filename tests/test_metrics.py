@@ -171,24 +171,28 @@ def test_row_correct_per_condition() -> None:
 
 
 @pytest.mark.parametrize(
-    ("answer", "expected"),
+    ("answer", "strict", "lenient"),
     [
-        ("1949", ECHO),  # equal to the planted replacement
-        ("In 1949.", ECHO),  # contains it on word boundaries
-        ("Miriam Margolyes (actress)", ECHO),
-        ("Margolyes", HALLUCINATION),  # only part of the planted entity
-        ("19490", HALLUCINATION),  # not on a word boundary
-        ("1939", OVERRIDE),  # the gold answer
-        ("the year 1939", OVERRIDE),
-        ("1939 or 1949", OVERRIDE),  # holds both: gold first, as the paper orders them
-        ("1959", HALLUCINATION),
-        ("", HALLUCINATION),
-        (None, HALLUCINATION),
+        ("1949", ECHO, ECHO),  # equal to the planted replacement
+        ("The 1949.", ECHO, ECHO),  # equal after normalisation (article, punctuation)
+        ("In 1949.", HALLUCINATION, ECHO),  # contains it on word boundaries
+        ("Miriam Margolyes (actress)", HALLUCINATION, ECHO),
+        ("miriam margolyes", ECHO, ECHO),
+        ("Margolyes", HALLUCINATION, HALLUCINATION),  # only part of the planted entity
+        ("19490", HALLUCINATION, HALLUCINATION),  # not on a word boundary
+        ("1939", OVERRIDE, OVERRIDE),  # the gold answer
+        ("the year 1939", HALLUCINATION, OVERRIDE),
+        ("1939 or 1949", HALLUCINATION, OVERRIDE),  # holds both: gold first when lenient
+        ("1959", HALLUCINATION, HALLUCINATION),
+        ("", HALLUCINATION, HALLUCINATION),
+        (None, HALLUCINATION, HALLUCINATION),
     ],
 )
-def test_classify_qc_answer(answer: str | None, expected: str) -> None:
+def test_classify_qc_answer(answer: str | None, strict: str, lenient: str) -> None:
+    """The paper's "matches" is a normalised match; containment is the lenient split."""
     planted = ["1949", "Miriam Margolyes"]
-    assert classify_qc_answer(answer, ["1939"], planted) == expected
+    assert classify_qc_answer(answer, ["1939"], planted) == strict
+    assert classify_qc_answer(answer, ["1939"], planted, lenient=True) == lenient
 
 
 def test_qc_breakdown_counts_and_shares() -> None:
@@ -200,16 +204,18 @@ def test_qc_breakdown_counts_and_shares() -> None:
     }
     rows = [
         row("q1", "answer", "Lyon"),  # echo
-        row("q2", "answer", "in 1939"),  # override
+        row("q2", "answer", "in 1939"),  # hallucination; lenient: override
         row("q3", "answer", "Smith"),  # echo via replacement_entity
         row("q4", "abstain"),  # not answered
     ]
     out = qc_breakdown(rows, contexts)
-    # 3 answered of 4 QC rows; echo 2, override 1, hallucination 0 of 3 answered
+    # 3 answered of 4 QC rows; echo 2, override 0, hallucination 1 of 3 answered
     assert out["answered"] == 3 and out["answered"].n == 4
-    assert (out["echo"], out["override"], out["hallucination"]) == (2, 1, 0)
+    assert (out["echo"], out["override"], out["hallucination"]) == (2, 0, 1)
     assert out["echo_share"] == pytest.approx(2 / 3) and out["echo_share"].n == 3
-    assert out["hallucination_share"] == 0.0
+    assert out["override_share"] == 0.0
+    lenient = qc_breakdown(rows, contexts, lenient=True)
+    assert (lenient["echo"], lenient["override"], lenient["hallucination"]) == (2, 1, 0)
     none = qc_breakdown([row("q4", "abstain")], contexts)
     assert none["answered"] == 0
     assert math.isnan(none["echo_share"]) and none["echo_share"].reason == "no answered QC rows"

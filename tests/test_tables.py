@@ -346,3 +346,145 @@ def test_markdown_keeps_the_formatted_strings(tmp_path) -> None:
     write_table(table, tmp_path / "t", "Caption.")
     text = (tmp_path / "t.md").read_text()
     assert "+50.0" in text and "Caption." in text
+
+
+# --- Tables 4-5, audit quality, cutoff sweep, closed book, section 6 ---------------------
+
+
+def _swap_record(qid, index, tier, text="He lived in Paris.", new="He lived in Lyon."):
+    return {
+        "qid": qid,
+        "index": index,
+        "status": "accepted",
+        "tier": tier,
+        "entity_type": "GPE",
+        "source_type": "GPE",
+        "question": f"where {qid}?",
+        "answers": ["Paris"],
+        "original_span": "Paris",
+        "replacement": "Lyon",
+        "passage": {"text": text},
+        "modified_passage": {"text": new},
+    }
+
+
+def test_ner_labels_and_swap_examples() -> None:
+    from grabrag.tables import table_ner_labels, table_swap_examples
+
+    labels = table_ner_labels("gliner")
+    assert len(labels) == 8 and set(labels["Internal type"]) >= {"PERSON", "WORK_OF_ART"}
+    assert set(table_ner_labels("spacy")["NER label"]) == set(labels["Internal type"])
+    records = {
+        "nq": [
+            _swap_record("a", 2, "3"),
+            _swap_record("b", 0, "3"),
+            _swap_record("c", 1, "3"),
+            _swap_record("d", 3, "1"),
+            {"qid": "e", "index": 4, "status": "skipped"},
+        ]
+    }
+    by_tier = table_swap_examples(records, per_group=2)
+    assert list(by_tier["Group"]) == ["tier 1", "tier 3", "tier 3"]
+    assert list(by_tier["Question"])[1:] == ["where b?", "where c?"]  # first by position
+    assert by_tier["QC"].iloc[0] == "He lived in Lyon." and by_tier["Swap"].iloc[0] == "GPE -> GPE"
+    rated = table_swap_examples(records, {"nq": {"a": "broken", "d": "fluent"}})
+    assert list(zip(rated["Group"], rated["Question"], strict=True)) == [
+        ("fluent", "where d?"),
+        ("broken", "where a?"),
+    ]
+
+
+def test_audit_quality_distribution_and_broken_rate_by_type() -> None:
+    from grabrag.tables import table_audit_quality
+
+    nq = pd.DataFrame(
+        {
+            "qid": list("abcd"),
+            "entity_type": ["ORG", "ORG", "PERSON", "PERSON"],
+            "quality": ["broken", "fluent", "Fluent ", "borderline"],
+        }
+    )
+    hp = pd.DataFrame({"qid": ["e"], "entity_type": ["ORG"], "quality": ["broken"]})
+    table = table_audit_quality({"nq": nq, "hotpotqa": hp}, n_resamples=200, seed=1)
+    rows = {(r["Section"], r["Dataset"], r["Category"]): r for r in table.to_dict("records")}
+    assert rows[("quality tier", "nq", "fluent")]["n"] == 2
+    assert rows[("quality tier", "nq", "fluent")]["%"] == "50.0"
+    assert rows[("quality tier", "Total", "broken")]["n"] == 2
+    assert rows[("quality tier", "Total", "broken")]["of"] == 5
+    org = rows[("broken rate by type", "Total", "ORG")]
+    assert (org["n"], org["of"], org["%"]) == (2, 3, "66.7")
+    assert (
+        org["95% CI"].startswith("[")
+        and rows[("broken rate by type", "nq", "PERSON")]["%"] == "0.0"
+    )
+
+
+def test_cutoff_sweep_and_closed_book() -> None:
+    from grabrag.tables import table_closed_book, table_cutoff_sweep
+
+    sweep = pd.DataFrame(
+        [
+            {
+                "threshold": t,
+                "cutoff": c,
+                "hwsa_qc": h,
+                "fac_q100": 0.5,
+                "ans_q100": 0.3,
+                "model": m,
+            }
+            for m in ("a", "b")
+            for t in (0.6, 0.8)
+            for c, h in ((0, 0.10), (50, 0.20), (80, 0.40))
+        ]
+    )
+    table = table_cutoff_sweep(sweep, 0.8, 50)
+    assert list(table["Cutoff"]) == ["0", "50", "80"]
+    assert list(table["HwSA_QC (lower safer)"]) == ["10.0", "20.0", "40.0"]
+    assert list(table["HwSA_QC vs cf=50 (pp)"]) == ["-10.0", "+0.0", "+20.0"]
+    cb = {
+        ("m", "nq"): [
+            {"decision": "abstain", "confidence": 0},
+            {"decision": "answer", "confidence": 90},
+            {"decision": "answer", "confidence": 40},
+            {"decision": None, "confidence": None},
+        ]
+    }
+    rows = table_closed_book(cb, 50).to_dict("records")
+    assert rows[0]["CB abstain %"] == "25.0" and rows[0]["mean confidence (answered)"] == "65.0"
+    assert rows[0]["answered below cutoff 50 %"] == "50.0" and rows[0]["parse failed %"] == "25.0"
+    assert rows[-1]["model"] == "Mean" and rows[-1]["CB abstain %"] == "25.0"
+
+
+def test_section6_aggregates() -> None:
+    from grabrag.tables import table_section6
+
+    rows = []
+    for model, nq, hp in (("phi", 0.4, 0.7), ("qwen", 0.6, 0.9)):
+        for policy in ("P0", "P1", "EVID"):
+            extra = 0.5 if policy == "EVID" else 0.0  # not a paper policy: left out
+            for dataset, rate in (("nq", nq), ("hotpotqa", hp)):
+                rows.append((model, dataset, policy, "QC", "abstain_rate", rate + extra))
+                rows.append((model, dataset, policy, "QC", "qc_answered", 10))
+                rows.append((model, dataset, policy, "QC", "qc_echo", 6 if dataset == "nq" else 4))
+                rows.append((model, dataset, policy, "Q100", "answer_rate", 0.8))
+                rows.append(
+                    (model, dataset, policy, "Q100", "em_gap", 0.2 if dataset == "nq" else 0.1)
+                )
+                rows.append((model, dataset, policy, "QC-Q0", "hwsa_diff", 0.4))
+            rows.append((model, dataset, "mean", "QC", "normalised_hwsa", 0.5))
+    metrics = pd.DataFrame(
+        rows, columns=["model", "dataset", "policy", "condition", "metric", "value"]
+    )
+    table = table_section6(metrics)
+    got = {
+        (r["Quantity"].split(" (")[0], r["Model"], r["Dataset"]): r["Value"]
+        for r in table.to_dict("records")
+    }
+    assert got[("QC abstention rate", "all", "nq")] == "50.0"
+    assert got[("QC abstention rate", "all", "hotpotqa")] == "80.0"
+    assert got[("QC abstention difference", "phi", "")] == "-30.0"  # nq - hotpotqa (sorted)
+    assert got[("echo share of answered QC rows", "qwen", "nq")] == "60.0"
+    assert got[("Q100 answer rate", "phi", "")] == "80.0"
+    assert got[("normalised HwSA@QC", "qwen", "")] == "50.0"
+    assert got[("Q100 EM gap, QC-eligible - excluded", "all", "nq")] == "+20.0"
+    assert got[("QC - Q0 HwSA delta", "all", "all")] == "+40.0"

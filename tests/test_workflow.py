@@ -176,11 +176,46 @@ def test_editing_one_stage_param_reruns_only_that_stage(tiny_run: Path, tmp_path
     } & set(jobs), plan
 
 
-def test_paper_config_plans_offline(tmp_path: Path) -> None:
+EXTENSION_RULES = {
+    "qx_contexts",
+    "evidential_evaluate",
+    "evidential_generate",
+    "evidential_sweep",
+    "evidential_efficiency",
+    "cdd_generate",
+    "baselines_generate",
+    "cdd_diagnostics",
+}
+EXTENSION_TABLES = ("hwsa_conditions", "table11b_ece15", "evid_", "cdd_")
+
+
+def test_paper_config_plans_the_paper_only(tmp_path: Path) -> None:
+    """config/paper.yaml is the paper: Q100, Q50, Q0, QC (+ Qclosed) and P0-P4 on three
+    models x NQ and HotpotQA, plus Table 13's seed-43 rebuild of Llama x NQ (Q0, QC)."""
     proc = snakemake(tmp_path, "-n", configfile=REPO / "config/paper.yaml")
     for dataset in ("nq", "hotpotqa"):
         assert f"results/contexts/{dataset}/Q0.jsonl" in proc.stdout
     assert "squad" not in proc.stdout  # --configfile replaces the embedded default
+    jobs = planned_jobs(proc.stdout)
+    assert not EXTENSION_RULES & set(jobs), jobs
+    assert jobs["generate_closed_book"] == 3 * 2
+    assert jobs["generate_context_prompts"] == 3 * 2 * 4 + 2
+    assert jobs["policy"] == 5 * (3 * 2 * 4 + 2)
+    for marker in ("QX", "/EVID", "/CDD", "/CAI", "/SHAM", "/REFLECT", "/FILTER"):
+        assert marker not in proc.stdout, marker
+    for table in EXTENSION_TABLES:
+        assert f"tables/{table}" not in proc.stdout, table
+    assert "results/tables/table1_hwsa.csv" in proc.stdout
+
+
+def test_extended_config_plans_every_extension(tmp_path: Path) -> None:
+    proc = snakemake(tmp_path, "-n", configfile=REPO / "config/extended.yaml")
+    jobs = planned_jobs(proc.stdout)
+    assert EXTENSION_RULES <= set(jobs), jobs
+    assert jobs["generate_context_prompts"] == 3 * 2 * 5 + 2
+    assert jobs["policy"] == 13 * 3 * 2 * 5 + 5 * 2
+    for table in ("hwsa_conditions", "table11b_ece15", "evid_results", "cdd_results"):
+        assert f"results/tables/{table}.csv" in proc.stdout, table
 
 
 def test_unknown_config_key_is_an_error_naming_it(tmp_path: Path) -> None:
@@ -342,6 +377,10 @@ def test_filled_audit_recomputes_hwsa_on_the_clean_subset(tiny_run: Path, tmp_pa
     assert table.startswith("Table 6:") and "Macro avg (P0-P4)" in table
     assert "of 5 " in table  # preserved signs over the P0-P4 cells (one model x dataset)
     assert (tmp_path / "results/tables/table6_audit.tex").exists()
+    quality = (tmp_path / "results/tables/audit_quality.md").read_text()
+    assert quality.startswith("QC quality audit") and "broken rate by type" in quality
+    examples = (tmp_path / "results/tables/table5_swap_examples.csv").read_text()
+    assert "broken" in examples and "fluent" in examples  # grouped by the audit's ratings
 
 
 def _copy_run(tiny_run: Path, workdir: Path) -> None:
@@ -437,6 +476,11 @@ TABLE_NAMES = (
     "evid_ablation",
     "evid_evaluator",
     "table13_seed_sensitivity",
+    "table4_ner_labels",
+    "table5_swap_examples",
+    "table12b_cutoff_sweep",
+    "closed_book",
+    "section6_aggregates",
 )
 FIGURE_NAMES = (
     "abstention_by_condition",
@@ -552,6 +596,7 @@ def test_report_html(tiny_run: Path, tmp_path: Path) -> None:
     # each table and figure has its own caption, grouped under Tables and Figures
     assert "Table 1: HwSA at Q0 vs QC on paired QC-eligible questions" in html
     assert "Table 13: seed sensitivity of HwSA" in html
+    assert "Table 5: QC swap examples" in html and "Section 6 aggregates" in html
     assert "Figure 2: abstention rate by context condition, averaged over the datasets" in html
     assert '"Tables"' in html and '"Figures"' in html
     assert "mailto:HwSA" not in html  # HwSA@QC stays text, not an e-mail link

@@ -416,3 +416,12 @@ def build_dataset(
         "max_answer_tokens": max_answer_tokens,
     }
     return questions, corpus, report
+
+
+def dataset_gold_texts(output: AdapterOutput) -> list[str]:
+    """Texts of every gold passage of every question the adapter read (the whole split,
+    before filters and sampling), deduplicated, in source order: the paper builds its
+    replacement pool "over all gold passages in the dataset"."""
+    return list(
+        dict.fromkeys(p.text for e in output.examples for p in e.gold_passages if p.text.strip())
+    )

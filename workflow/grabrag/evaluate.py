@@ -44,7 +44,11 @@ Metrics (``condition`` column in brackets):
   not NaN, so counts can be summed across cells, and its reason says the base is
   empty) and ``qc_echo_share``,
   ``qc_override_share``, ``qc_hallucination_share`` (shares of answered QC rows; Table 3,
-  Table 9). Matching: :func:`grabrag.metrics.classify_qc_answer`.
+  Table 9). Matching: :func:`grabrag.metrics.classify_qc_answer`, the paper's normalised
+  match (the answer equals a gold alias or the planted replacement after normalisation).
+  The same seven with the suffix ``_lenient`` (``qc_echo_lenient``,
+  ``qc_echo_lenient_share`` ...) use containment instead (the target on word boundaries
+  inside the answer).
 * ``normalised_hwsa`` [QC]: HwSA at QC / Ans@Q100 (all questions), section 6. Policy
   ``mean`` rows give the paper's per-(model, dataset) form: the mean over the paper's
   policies P0-P4 of HwSA@QC divided by the mean over them of Ans@Q100 (with ``hwsa`` [QC] and
@@ -307,6 +311,7 @@ class _Cell:
         self.em = np.zeros(n)
         self.f1 = np.zeros(n)
         self.category = {c: np.zeros(n) for c in M.QC_CATEGORIES}
+        self.lenient = {c: np.zeros(n) for c in M.QC_CATEGORIES}
         self.scored: list[tuple[int, float, int]] = []  # (position, confidence, correct)
         for qid, row in rows.items():
             i = ds.position[qid]
@@ -345,10 +350,12 @@ class _Cell:
                 self.scored.append((i, confidence, y))
             if condition == "QC" and M.answered(row):
                 context = ds.qc[qid]
-                category = M.classify_qc_answer(
-                    row.get("answer"), context["answers"], M.planted_strings(context)
-                )
+                planted = M.planted_strings(context)
+                answer = row.get("answer")
+                category = M.classify_qc_answer(answer, context["answers"], planted)
                 self.category[category][i] = 1
+                lenient = M.classify_qc_answer(answer, context["answers"], planted, True)
+                self.lenient[lenient][i] = 1
 
     def grid(self) -> np.ndarray:
         """The confidence levels this cell uses, descending."""
@@ -495,12 +502,14 @@ def _block(
         if c == "QC":
             add("qc_answered", c, _total("QC.answered"), present, _NO_QC, count=True)
             answered = _total("QC.answered")
-            for category in M.QC_CATEGORIES:
-                cols[f"QC.{category}"] = cell.category[category]
-                count = _total(f"QC.{category}")
-                add(f"qc_{category}", c, count, answered, _NO_ANSWERED, count=True)
-                share = _rate(f"QC.{category}", "QC.answered")
-                add(f"qc_{category}_share", c, share, answered, _NO_ANSWERED)
+            for split, suffix in ((cell.category, ""), (cell.lenient, "_lenient")):
+                for category in M.QC_CATEGORIES:
+                    key = f"QC.{category}{suffix}"
+                    cols[key] = split[category]
+                    count = _total(key)
+                    add(f"qc_{category}{suffix}", c, count, answered, _NO_ANSWERED, count=True)
+                    share = _rate(key, "QC.answered")
+                    add(f"qc_{category}{suffix}_share", c, share, answered, _NO_ANSWERED)
 
     # AURC / ECE per condition and pooled over the block's conditions (Table 10), all on
     # one grid: the confidence levels any of the block's cells uses, descending. A level a

@@ -184,24 +184,36 @@ def _contains(text: str, targets: Iterable[str]) -> bool:
     return any((needle := normalize_answer(t)) and f" {needle} " in haystack for t in targets if t)
 
 
-def classify_qc_answer(answer: str | None, gold: Sequence[str], planted: Sequence[str]) -> str:
+def _matches(text: str, targets: Iterable[str]) -> bool:
+    """Normalised match: equal after SQuAD normalisation (EM) to one of ``targets``."""
+    answer = normalize_answer(text)
+    return bool(answer) and any(answer == normalize_answer(t) for t in targets if t)
+
+
+def classify_qc_answer(
+    answer: str | None, gold: Sequence[str], planted: Sequence[str], lenient: bool = False
+) -> str:
     """Category of an answered QC row (section 3.5): ``override``, ``echo`` or
     ``hallucination``.
 
-    Matching: after SQuAD normalisation, a target matches when it occurs in the answer
-    on word boundaries (equality is the special case): "in 1949" echoes the planted
-    "1949", "Miriam Margolyes (actress)" echoes "Miriam Margolyes", but "Margolyes"
-    alone does not (the answer must hold the whole target). The same rule is used for
-    the gold aliases and for the planted strings (the QC row's ``replacement`` and
-    ``replacement_entity``), so the two categories are comparable. Order as in the paper:
-    gold first (correct override), then planted (echo), else hallucination; an answer
-    holding both (a hedge) is therefore an override, which can only lower the echo rate.
-    An empty answer is a hallucination.
+    The paper's rule (default): the answer *matches* a target when it equals it after
+    SQuAD normalisation (lowercase, no punctuation, no articles): a correct override
+    matches a gold alias, an echo matches the planted replacement (the QC row's
+    ``replacement`` or ``replacement_entity``), anything else is a hallucination.
+
+    ``lenient=True`` is the containment split reported beside it (the ``*_lenient``
+    metrics): a target matches when it occurs in the answer on word boundaries, so
+    "in 1949" echoes the planted "1949" and "Miriam Margolyes (actress)" echoes "Miriam
+    Margolyes", but "Margolyes" alone does not (the answer must hold the whole target).
+
+    Both: gold first (correct override), then planted (echo), as the paper orders them;
+    an empty answer is a hallucination.
     """
     text = answer or ""
-    if _contains(text, gold):
+    match = _contains if lenient else _matches
+    if match(text, gold):
         return OVERRIDE
-    if _contains(text, planted):
+    if match(text, planted):
         return ECHO
     return HALLUCINATION
 
@@ -323,9 +335,12 @@ def planted_strings(qc_context: Mapping[str, Any]) -> list[str]:
 
 
 def qc_breakdown(
-    rows: Sequence[Mapping[str, Any]], qc_contexts: Mapping[str, Mapping[str, Any]]
+    rows: Sequence[Mapping[str, Any]],
+    qc_contexts: Mapping[str, Mapping[str, Any]],
+    lenient: bool = False,
 ) -> dict[str, Value]:
-    """Answered QC rows split into echo / override / hallucination (Table 3, Table 9).
+    """Answered QC rows split into echo / override / hallucination (Table 3, Table 9);
+    ``lenient``: the containment split (see :func:`classify_qc_answer`).
 
     Returns ``answered`` (count, n = QC rows), the three counts and the three shares
     (``echo_share`` ...; n = answered rows; NaN with a reason when nothing was answered).
@@ -339,7 +354,9 @@ def qc_breakdown(
             continue
         context = qc_contexts[row["qid"]]
         counts[
-            classify_qc_answer(row.get("answer"), context["answers"], planted_strings(context))
+            classify_qc_answer(
+                row.get("answer"), context["answers"], planted_strings(context), lenient
+            )
         ] += 1
         n_answered += 1
     out: dict[str, Value] = {"answered": Value(n_answered, len(rows))}

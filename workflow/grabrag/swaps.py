@@ -15,7 +15,10 @@ marked "Choice:".
    3 NER replacement (NORP first for demonym adjectives), 4 sub-entity.
 5. Replacement selection, post-swap filters, global replacement of every mention, full
    substitution of the other aliases, a/an correction, alias scrubbing, the adjacent-
-   duplicate discard and the leakage check.
+   duplicate discard and the leakage check. The pool's candidates are tried in seeded
+   order until one passes every filter (a question is dropped only when no clean swap is
+   possible); each record says how many were tried. A definite article before an answer
+   that is a whole entity goes with the swapped span (Table 5).
 
 All randomness of question i (0-based position) comes from ``random.Random(seed + i)``.
 """
@@ -27,7 +30,7 @@ import math
 import random
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -399,6 +402,17 @@ class Located:
     start: int  # the core span (leading article and trailing punctuation left outside)
     end: int
     text: str  # the passage's own surface form of the core span
+    # Where a definite article directly before the core starts ("the Dutch Empire"), else
+    # ``start``; tier 3 swaps it with the core (see _tier_ner).
+    lead: int = -1
+
+    def __post_init__(self) -> None:
+        if self.lead < 0:
+            self.lead = self.start
+
+    def with_article(self, passage: str) -> str:
+        """The core with the definite article before it (the core alone when none)."""
+        return passage[self.lead : self.end]
 
 
 def _aliases(question: dict[str, Any]) -> list[str]:
@@ -428,6 +442,16 @@ def _core(passage: str, start: int, end: int) -> tuple[int, int]:
             return start, end
 
 
+_LEADING_ARTICLE = re.compile(r"(?:the|a|an)\s+(?=\S)", re.IGNORECASE)
+_THE_BEFORE = re.compile(r"(?<!\w)the\s+$", re.IGNORECASE)
+
+
+def _article_start(passage: str, core_start: int) -> int:
+    """Where a definite article directly before the answer core starts, else ``core_start``."""
+    match = _THE_BEFORE.search(passage, max(0, core_start - 8), core_start)
+    return match.start() if match else core_start
+
+
 def locate_answer(question: dict[str, Any]) -> Located | None:
     """First alias found on word boundaries in a gold passage.
 
@@ -450,7 +474,8 @@ def locate_answer(question: dict[str, Any]) -> Located | None:
                     if match:
                         start, end = _core(text, match.start(), match.end())
                         if start < end:
-                            return Located(k, alias, form, start, end, text[start:end])
+                            lead = _article_start(text, start)
+                            return Located(k, alias, form, start, end, text[start:end], lead)
     return None
 
 
@@ -493,33 +518,65 @@ def _alias_hit(candidate: str, aliases: Sequence[str]) -> bool:
     return contains_alias(candidate, aliases)
 
 
-def select_replacement(
-    original: str, candidates: Sequence[str], rng: random.Random, aliases: Sequence[str] = ()
-) -> str | None:
-    """One seeded choice among the valid candidates, or None when none is valid.
+def _valid_candidates(
+    original: str, candidates: Sequence[str], aliases: Sequence[str]
+) -> list[list[str]]:
+    """The valid candidates in preference groups (each sorted; empty groups left out).
 
     Valid: differs from the original after normalisation and is no token-subset alias of
     it. Choice: a candidate holding a gold alias is invalid too (it could only leak).
-    Preference (each step applies only when it leaves something): within
-    max(2, wc_orig) words of the original (|wc - wc_orig| <= max(2, wc_orig), our reading
-    of "within N words of"), then, for originals of >= 3 words, multi-word candidates.
+    Preference: within max(2, wc_orig) words of the original (|wc - wc_orig| <=
+    max(2, wc_orig), our reading of "within N words of"), then, for originals of >= 3
+    words, multi-word candidates. Group 1 is the most preferred; the less preferred follow
+    as fallbacks.
     """
     norm = normalize_answer(original)
-    valid = [
+    valid = sorted(
         c
         for c in candidates
         if normalize_answer(c) != norm
         and not token_subset(c, original)
         and not _alias_hit(c, aliases)
-    ]
-    if not valid:
-        return None
+    )
     wc = word_count(original)
     window = max(2, wc)
-    preferred = [c for c in valid if abs(word_count(c) - wc) <= window] or valid
+    near = [c for c in valid if abs(word_count(c) - wc) <= window]
+    far = [c for c in valid if abs(word_count(c) - wc) > window]
     if wc >= 3:
-        preferred = [c for c in preferred if word_count(c) >= 2] or preferred
-    return rng.choice(sorted(preferred))
+        groups = [[c for c in near if word_count(c) >= 2], [c for c in near if word_count(c) < 2]]
+    else:
+        groups = [near]
+    return [g for g in [*groups, far] if g]
+
+
+def replacement_candidates(
+    original: str, candidates: Sequence[str], rng: random.Random, aliases: Sequence[str] = ()
+) -> Iterator[str]:
+    """Every valid candidate once, in seeded order: the most preferred group first.
+
+    The first candidate is ``rng.choice`` of the most preferred group (one draw, the
+    same as :func:`select_replacement`); the rest of that group follows in a seeded
+    shuffle, then each less preferred group shuffled. The shuffles are drawn only when
+    a caller asks past the first candidate, so a swap whose first candidate is accepted
+    consumes the random state exactly as one draw does.
+    """
+    groups = _valid_candidates(original, candidates, aliases)
+    if not groups:
+        return
+    first = rng.choice(groups[0])
+    yield first
+    for k, group in enumerate(groups):
+        rest = [c for c in group if c != first] if k == 0 else list(group)
+        rng.shuffle(rest)
+        yield from rest
+
+
+def select_replacement(
+    original: str, candidates: Sequence[str], rng: random.Random, aliases: Sequence[str] = ()
+) -> str | None:
+    """One seeded choice among the most preferred valid candidates, or None when none is
+    valid (the first of :func:`replacement_candidates`)."""
+    return next(replacement_candidates(original, candidates, rng, aliases), None)
 
 
 def _educational_types(text: str) -> set[str]:
@@ -641,6 +698,8 @@ class Plan:
     replacement_entity: str  # what replaces it
     planted: str  # what now stands where the answer core was
     alias_transform: Callable[[str], str]
+    # Tier 3: a definite article before the answer goes with the swapped span (Table 5).
+    with_article: bool = False
 
 
 def _replace_inside(alias: str, source: str, target: str) -> str | None:
@@ -735,24 +794,23 @@ def _lookup_order(span_text: str, label: str, pool: EntityPool) -> list[str]:
     return [label]
 
 
-def _choose_from_pool(
+def _pool_candidates(
     original: str, label: str, pool: EntityPool, rng: random.Random, aliases: Sequence[str]
-) -> tuple[str, str]:
-    """(replacement, pool type); the original label is the fallback when NORP has none.
+) -> Iterator[tuple[str, str]]:
+    """(replacement, pool type) in seeded order: the NORP pool's candidates first where
+    the lookup says so, then the original label's (the fallback).
 
-    Choice: the fallback applies when the NORP pool holds no valid candidate; a chosen
-    candidate that then fails a post-swap filter fails the tier (one draw per tier, as
-    "after a replacement is chosen, the following must all pass"). The paper states the
-    NORP-first lookup under tier 3; tier 4 uses the same lookup.
+    Choice: the caller tries these in order until one passes every post-swap filter and
+    acceptance check, so the fallback is reached when the NORP pool holds no valid
+    candidate or none of them passes. The paper states the NORP-first lookup under tier 3;
+    tier 4 uses the same lookup.
     """
     for kind in _lookup_order(original, label, pool):
-        choice = select_replacement(original, pool.get(kind), rng, aliases)
-        if choice is not None:
-            return choice, kind
-    raise TierFailure("no_pool_candidate", NO_CANDIDATE, f"{label} pool for {original!r}")
+        for choice in replacement_candidates(original, pool.get(kind), rng, aliases):
+            yield choice, kind
 
 
-def _entity_plan(
+def _entity_plans(
     tier: str,
     original: str,
     label: str,
@@ -760,14 +818,16 @@ def _entity_plan(
     pool: EntityPool,
     rng: random.Random,
     aliases: Sequence[str],
-) -> Plan:
-    replacement, kind = _choose_from_pool(original, label, pool, rng, aliases)
-    planted = _replace_inside(core, original, replacement) or replacement
+    with_article: bool = False,
+) -> Iterator[Plan]:
+    """One plan per pool candidate, in seeded order (drawn lazily)."""
+    for replacement, kind in _pool_candidates(original, label, pool, rng, aliases):
+        planted = _replace_inside(core, original, replacement) or replacement
 
-    def transform(alias: str) -> str:
-        return _replace_inside(alias, original, replacement) or replacement
+        def transform(alias: str, replacement: str = replacement) -> str:
+            return _replace_inside(alias, original, replacement) or replacement
 
-    return Plan(tier, kind, label, original, replacement, planted, transform)
+        yield Plan(tier, kind, label, original, replacement, planted, transform, with_article)
 
 
 def _occurrences(text: str, form: str) -> list[tuple[int, int]]:
@@ -781,8 +841,16 @@ def _tier_ner(
     pool: EntityPool,
     rng: random.Random,
     aliases: Sequence[str],
-) -> Plan:
-    """Tier 3: the passage entity spanning or containing the answer sets the pool label."""
+) -> Iterator[Plan]:
+    """Tier 3: the passage entity spanning or containing the answer sets the pool label.
+
+    A definite article directly before the answer goes with the swapped span when the
+    answer is that whole entity, as the paper's Table 5 shows ("between the Republic of
+    Indonesia and Samuel Adams Brewery", "located in South Yarra", "aired on the Pakistan
+    Navy" from a pool entry with its own article). Choice: not for a demonym adjective
+    (looked up under NORP), whose article belongs to the noun after it ("the Italian
+    army"); a/an stay and are corrected, as the paper states.
+    """
     spans = cache(passage)
     positions = [(located.start, located.end)] + [
         o for o in _occurrences(passage, located.text) if o != (located.start, located.end)
@@ -790,7 +858,17 @@ def _tier_ner(
     for start, end in positions:
         for span in spans:
             if span.start <= start and span.end >= end:
-                return _entity_plan("3", located.text, span.type, located.text, pool, rng, aliases)
+                whole = (start, end) == (located.start, located.end) and (
+                    span.start in (located.start, located.lead) and span.end == located.end
+                )
+                article = (
+                    whole
+                    and located.lead < located.start
+                    and "NORP" not in (span.type, *_lookup_order(located.text, span.type, pool))
+                )
+                return _entity_plans(
+                    "3", located.text, span.type, located.text, pool, rng, aliases, article
+                )
     raise TierFailure("no_covering_entity", NOT_APPLICABLE)
 
 
@@ -801,7 +879,7 @@ def _tier_sub_entity(
     pool: EntityPool,
     rng: random.Random,
     aliases: Sequence[str],
-) -> Plan:
+) -> Iterator[Plan]:
     """Tier 4: NER on the answer span; the first sub-entity the passage NER confirms.
 
     Choice: "confirmed" means the full-passage entity set holds an entity with the same
@@ -814,7 +892,7 @@ def _tier_sub_entity(
         # Choice: a sub-entity is a proper part of the answer; the whole answer as one
         # entity is tier 3's case and gets no second draw here.
         if key[0] and key[0] != whole and key in confirmed:
-            return _entity_plan("4", sub.text.strip(), sub.type, located.text, pool, rng, aliases)
+            return _entity_plans("4", sub.text.strip(), sub.type, located.text, pool, rng, aliases)
     raise TierFailure("no_confirmed_sub_entity", NOT_APPLICABLE)
 
 
@@ -838,20 +916,35 @@ def _apply(
     plan: Plan, passage: dict[str, Any], located: Located, aliases: Sequence[str]
 ) -> dict[str, Any]:
     """Global replacement, alias substitution/scrubbing, article fixes, then acceptance checks."""
+    reason = post_swap_reason(plan.original, plan.replacement_entity)
+    if reason:
+        raise TierFailure(reason, POST_FILTER, f"{plan.original!r} -> {plan.replacement_entity!r}")
     primary = aliases[0]
     mapping: dict[str, str] = {plan.original: plan.replacement_entity}
     if located.text.casefold() != plan.original.casefold():
         mapping[located.text] = plan.planted
+    elif plan.with_article and located.lead < located.start:
+        # The article before the answer goes with the swapped span (Table 5); a
+        # replacement with its own leading article keeps the replaced article's case.
+        span = located.with_article(passage["text"])
+        mapping[span] = _article_case(plan.planted, span)
     substituted, scrubbed = [], []
     for alias in aliases:
         for form in dict.fromkeys([alias, strip_outer(alias)]):
             if form and form.casefold() not in {k.casefold() for k in mapping}:
                 mapping[form] = plan.alias_transform(form)
+            # Choice: when the article goes with the swap, it goes with every swapped
+            # mention ("the USA" as well as "the United States").
+            if form and plan.with_article and not _LEADING_ARTICLE.match(form):
+                if f"the {form}".casefold() not in {k.casefold() for k in mapping}:
+                    mapping[f"the {form}"] = plan.alias_transform(form)
     title, n_title, fixes_title, found_title = substitute_all(passage.get("title") or "", mapping)
     text, n_text, fixes_text, found_text = substitute_all(passage["text"], mapping)
     found = found_title | found_text
     for alias in aliases:
-        if alias.casefold() not in found and strip_outer(alias).casefold() not in found:
+        forms = {alias, strip_outer(alias)}
+        keys = {f.casefold() for f in forms} | {f"the {f}".casefold() for f in forms}
+        if not keys & found:
             continue
         if normalize_answer(alias) == normalize_answer(located.alias):
             continue
@@ -865,9 +958,6 @@ def _apply(
         "substituted_aliases": substituted,
         "scrubbed_aliases": scrubbed,
     }
-    reason = post_swap_reason(plan.original, plan.replacement_entity)
-    if reason:
-        raise TierFailure(reason, POST_FILTER, f"{plan.original!r} -> {plan.replacement_entity!r}")
     for planted in dict.fromkeys([plan.replacement_entity, plan.planted]):
         if adjacent_duplicate(text, planted) or adjacent_duplicate(title, planted):
             raise TierFailure("adjacent_duplicate", ACCEPTANCE, planted)
@@ -877,14 +967,82 @@ def _apply(
     return result
 
 
+def _article_case(replacement: str, replaced: str) -> str:
+    """A replacement's own leading article takes the case of the article it replaces:
+    "The Pakistan Navy" for "the National Broadcasting Company" reads "the Pakistan Navy"."""
+    mine, theirs = _LEADING_ARTICLE.match(replacement), _LEADING_ARTICLE.match(replaced)
+    if mine and theirs and replacement[:1].isupper() != replaced[:1].isupper():
+        return replaced[0] + replacement[1:]
+    return replacement
+
+
+def _swapped_span(plan: Plan, located: Located, text: str) -> str:
+    """The passage's span that the planted replacement stands for: the answer core, with
+    the article before it when that went with the swap."""
+    return located.with_article(text) if plan.with_article else located.text
+
+
+# A leak (an alias left in the passage) does not depend on the candidate: the tier stops.
+CANDIDATE_INDEPENDENT = frozenset({"leak"})
+
+
+def _try_candidates(
+    plans: Iterable[Plan],
+    passage: dict[str, Any],
+    located: Located,
+    aliases: Sequence[str],
+    max_candidates: int | None,
+    tried: list[int],
+) -> tuple[Plan, dict[str, Any], Counter[str]]:
+    """The first plan that passes every post-swap filter and acceptance check, with the
+    reasons the earlier ones failed; ``tried[0]`` counts the candidates tried.
+
+    Raises the tier's TierFailure when none passes: no candidate at all, or the most
+    common failure among the candidates (ties: the first seen) with the counts as detail.
+    """
+    failures: Counter[str] = Counter()
+    deepest = NO_CANDIDATE
+    last: TierFailure | None = None
+    for plan in plans:
+        if max_candidates is not None and tried[0] >= max_candidates:
+            break
+        tried[0] += 1
+        try:
+            return plan, _apply(plan, passage, located, aliases), failures
+        except TierFailure as failure:
+            failures[failure.reason] += 1
+            deepest = max(deepest, failure.depth)
+            last = failure
+            if failure.reason in CANDIDATE_INDEPENDENT:
+                break
+    if last is None:
+        raise TierFailure("no_pool_candidate", NO_CANDIDATE)
+    if tried[0] == 1:
+        raise last
+    reason = failures.most_common(1)[0][0]
+    detail = f"{tried[0]} candidates tried: " + ", ".join(
+        f"{k} {v}" for k, v in failures.most_common()
+    )
+    raise TierFailure(reason, deepest, detail)
+
+
 def swap_question(
     index: int,
     question: dict[str, Any],
     pool: EntityPool,
     ner: NerBackend | NerCache,
     seed: int = 42,
+    max_candidates: int | None = None,
 ) -> dict[str, Any]:
-    """The accepted swap record of one question, or its skip record."""
+    """The accepted swap record of one question, or its skip record.
+
+    In the entity tiers (3 and 4) the pool's candidates are tried in seeded order until
+    one passes every post-swap filter and acceptance check (the paper drops a question
+    only when no clean swap is possible); ``candidates_tried`` records how many were
+    tried in the accepted tier, ``candidates_tried_by_tier`` in every tier that drew.
+    ``max_candidates=1`` is the one-draw-per-tier construction (for comparison). The year
+    and numeric tiers draw one shift, as the paper states.
+    """
     cache = _as_cache(ner)
     rng = random.Random(seed + index)
     aliases = _aliases(question)
@@ -906,22 +1064,28 @@ def swap_question(
 
     core = located.text
     attempts: dict[str, str] = {}
+    tried_by_tier: dict[str, int] = {}
     failures: list[tuple[int, int, TierFailure]] = []
-    tiers: list[tuple[str, Callable[[], Plan]]] = [
-        ("1", lambda: _tier_year(core, rng)),
-        ("1b", lambda: _tier_embedded_year(core, rng)),
-        ("2", lambda: _tier_numeric(core, rng)),
+    tiers: list[tuple[str, Callable[[], Iterable[Plan]]]] = [
+        ("1", lambda: [_tier_year(core, rng)]),
+        ("1b", lambda: [_tier_embedded_year(core, rng)]),
+        ("2", lambda: [_tier_numeric(core, rng)]),
         ("3", lambda: _tier_ner(located, text, cache, pool, rng, aliases)),
         ("4", lambda: _tier_sub_entity(located, text, cache, pool, rng, aliases)),
     ]
-    for order, (tier, make_plan) in enumerate(tiers):
+    for order, (tier, make_plans) in enumerate(tiers):
+        tried = [0]
         try:
-            plan = make_plan()
-            applied = _apply(plan, passage, located, aliases)
+            plan, applied, rejected = _try_candidates(
+                make_plans(), passage, located, aliases, max_candidates, tried
+            )
         except TierFailure as failure:
             attempts[tier] = failure.reason
             failures.append((failure.depth, order, failure))
             continue
+        finally:
+            if tried[0]:
+                tried_by_tier[tier] = tried[0]
         return {
             "qid": question["qid"],
             "index": index,
@@ -935,8 +1099,8 @@ def swap_question(
                 "text": applied["text"],
             },
             "modified_text": applied["text"],
-            "original_span": core,
-            "span_start": located.start,
+            "original_span": _swapped_span(plan, located, text),
+            "span_start": located.lead if plan.with_article else located.start,
             "span_end": located.end,
             "matched_alias": located.alias,
             "swapped": {"from": plan.original, "to": plan.replacement_entity},
@@ -947,18 +1111,23 @@ def swap_question(
             "source_type": plan.source_type,
             "mentions_replaced": applied["mentions_replaced"],
             "article_fixes": applied["article_fixes"],
+            "article_with_span": plan.with_article and located.lead < located.start,
             "substituted_aliases": applied["substituted_aliases"],
             "scrubbed_aliases": applied["scrubbed_aliases"],
             "tier_attempts": attempts,
+            "candidates_tried": tried_by_tier[tier],
+            "candidates_tried_by_tier": tried_by_tier,
+            "rejected_candidates": dict(rejected.most_common()),
             "leak_aliases": aliases,
             "leak_check": "pass",
             "seed": seed,
         }
     deepest = max(failures, key=lambda f: (f[0], f[1]))
+    extra = {"tier_attempts": attempts, "candidates_tried_by_tier": tried_by_tier}
     if deepest[0] == NOT_APPLICABLE:
-        return _skip(index, question, "no_applicable_tier", "", tier_attempts=attempts)
+        return _skip(index, question, "no_applicable_tier", "", **extra)
     failure = deepest[2]
-    return _skip(index, question, failure.reason, failure.detail, tier_attempts=attempts)
+    return _skip(index, question, failure.reason, failure.detail, **extra)
 
 
 def build_swaps(
@@ -966,8 +1135,12 @@ def build_swaps(
     ner: NerBackend | NerCache,
     seed: int = 42,
     pool: EntityPool | None = None,
+    max_candidates: int | None = None,
 ) -> tuple[list[dict[str, Any]], EntityPool]:
     """One record per question (accepted or skipped) and the entity pool used.
+
+    ``max_candidates`` caps the pool candidates tried per tier (None: all, the paper's
+    "no clean swap possible"; 1: one draw per tier), see :func:`swap_question`.
 
     Without ``pool`` it is built from every gold passage of ``questions`` (the paper:
     "over all gold passages in the dataset"). NER runs in batches: all gold passages
@@ -983,7 +1156,9 @@ def build_swaps(
         if located is not None:
             cores.append(located.text)
     cache.prime(cores)
-    records = [swap_question(i, q, pool, cache, seed) for i, q in enumerate(questions)]
+    records = [
+        swap_question(i, q, pool, cache, seed, max_candidates) for i, q in enumerate(questions)
+    ]
     return records, pool
 
 
@@ -1019,6 +1194,10 @@ def eligibility_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             Counter(r["skip_reason"] for r in records if r.get("status") == "skipped").most_common()
         ),
         "leaks": count_leaks(records),
+        # Accepted only after the first pool candidate failed a filter (retried in seeded
+        # order), and the most candidates one accepted swap needed.
+        "accepted_after_retry": sum(r.get("candidates_tried", 1) > 1 for r in ok),
+        "max_candidates_tried": max((r.get("candidates_tried", 1) for r in ok), default=0),
     }
 
 
@@ -1116,6 +1295,7 @@ SWAP_TABLE_COLUMNS = (
     "gold_answers",
     "original_span",
     "replacement",
+    "candidates_tried",
     "original_passage",
     "modified_passage",
 )
@@ -1138,6 +1318,11 @@ def swap_table(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "gold_answers": " | ".join(r.get("answers") or []),
                 "original_span": r.get("original_span", "") if ok else "",
                 "replacement": r.get("replacement", "") if ok else "",
+                "candidates_tried": (
+                    r.get("candidates_tried", "")
+                    if ok
+                    else sum((r.get("candidates_tried_by_tier") or {}).values()) or ""
+                ),
                 "original_passage": (r.get("passage") or {}).get("text", "") if ok else "",
                 "modified_passage": r.get("modified_text", "") if ok else "",
             }

@@ -1044,3 +1044,294 @@ def table_cdd_source_control(diagnostics: pd.DataFrame) -> pd.DataFrame:
                 row[label] = f"{count}{share}"
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+# --- GRAB-RAG outputs beyond the metric table: Tables 4-5, the audit's quality, the
+# --- confidence-cutoff sweep, the closed-book pass (Appendix F) and section 6's aggregates
+
+QUALITY_ORDER = ("fluent", "borderline", "broken")
+
+
+def table_ner_labels(backend: str) -> pd.DataFrame:
+    """Table 4: the recogniser's labels and the internal entity types they map to (GLiNER's
+    eight prompting labels in the paper; spaCy's OntoNotes labels in the embedded run)."""
+    from .ner import GLINER_LABELS, SPACY_LABELS
+
+    labels = GLINER_LABELS if backend == "gliner" else SPACY_LABELS
+    return pd.DataFrame(
+        [{"Backend": backend, "NER label": k, "Internal type": v} for k, v in labels.items()]
+    )
+
+
+def table_swap_examples(
+    records: Mapping[str, Sequence[Mapping[str, Any]]],
+    ratings: Mapping[str, Mapping[str, str]] | None = None,
+    per_group: int = 2,
+    width: int = 80,
+) -> pd.DataFrame:
+    """Table 5: QC swap examples from ``swaps.jsonl`` (dataset -> records), the first
+    ``per_group`` accepted swaps (by question position) of each group: the audit's quality
+    tiers (fluent, borderline, broken) for a dataset with a filled audit (``ratings``:
+    dataset -> qid -> quality), else the swap tiers (1, 1b, 2, 3, 4). The excerpts show
+    ``width`` characters around the span in the original and the QC passage."""
+    from .swaps import TIERS, _excerpt
+
+    rows = []
+    for dataset in sorted(records):
+        accepted = sorted(
+            (r for r in records[dataset] if r.get("status") == "accepted"),
+            key=lambda r: r["index"],
+        )
+        rated = (ratings or {}).get(dataset) or {}
+        if rated:
+            groups = [(q, [r for r in accepted if rated.get(r["qid"]) == q]) for q in QUALITY_ORDER]
+        else:
+            groups = [(f"tier {t}", [r for r in accepted if r["tier"] == t]) for t in TIERS]
+        for label, members in groups:
+            for r in members[:per_group]:
+                rows.append(
+                    {
+                        "Dataset": dataset,
+                        "Group": label,
+                        "Tier": r["tier"],
+                        "Swap": f"{r.get('source_type', r['entity_type'])} -> {r['entity_type']}",
+                        "Question": r["question"],
+                        "Gold": " | ".join(r["answers"]),
+                        "Original": _excerpt(r["passage"]["text"], r["original_span"], width),
+                        "QC": _excerpt(r["modified_passage"]["text"], r["replacement"], width),
+                    }
+                )
+    columns = ["Dataset", "Group", "Tier", "Swap", "Question", "Gold", "Original", "QC"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _bootstrap_share(flags: np.ndarray, n_resamples: int, level: float, rng) -> tuple:
+    """Share of true flags with a percentile bootstrap CI over the rows."""
+    if not len(flags):
+        return float("nan"), float("nan"), float("nan")
+    draws = rng.integers(0, len(flags), size=(n_resamples, len(flags)))
+    shares = flags[draws].mean(axis=1)
+    tail = (1 - level) / 2
+    return (
+        float(flags.mean()),
+        float(np.quantile(shares, tail)),
+        float(np.quantile(shares, 1 - tail)),
+    )
+
+
+def table_audit_quality(
+    audits: Mapping[str, pd.DataFrame],
+    n_resamples: int = 10_000,
+    level: float = 0.95,
+    seed: int = 42,
+) -> pd.DataFrame:
+    """Appendix C's audit: the quality-tier distribution per dataset and in total, and the
+    broken rate by entity type, each with a percentile bootstrap CI over the rated swaps
+    (``audits``: dataset -> the filled audit CSV with ``entity_type`` and ``quality``)."""
+    rng = np.random.default_rng(seed)
+    frames = []
+    for dataset, frame in sorted(audits.items()):
+        frame = frame.copy()
+        frame["dataset"] = dataset
+        frame["quality"] = frame["quality"].astype(str).str.strip().str.lower()
+        frames.append(frame)
+    pooled = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    scopes = [(d, f) for d, f in zip(sorted(audits), frames, strict=True)]
+    if len(frames) > 1:
+        scopes.append(("Total", pooled))
+    rows = []
+    for dataset, frame in scopes:
+        for quality in QUALITY_ORDER:
+            flags = (frame["quality"] == quality).to_numpy(dtype=float)
+            share, low, high = _bootstrap_share(flags, n_resamples, level, rng)
+            rows.append(
+                {
+                    "Section": "quality tier",
+                    "Dataset": dataset,
+                    "Category": quality,
+                    "n": int(flags.sum()),
+                    "of": len(flags),
+                    "%": pct(share),
+                    "95% CI": pct_ci(share, low, high).split(" ", 1)[-1],
+                }
+            )
+    for dataset, frame in scopes:
+        for kind in sorted(set(frame["entity_type"].astype(str))):
+            part = frame[frame["entity_type"].astype(str) == kind]
+            flags = (part["quality"] == "broken").to_numpy(dtype=float)
+            share, low, high = _bootstrap_share(flags, n_resamples, level, rng)
+            rows.append(
+                {
+                    "Section": "broken rate by type",
+                    "Dataset": dataset,
+                    "Category": kind,
+                    "n": int(flags.sum()),
+                    "of": len(flags),
+                    "%": pct(share),
+                    "95% CI": pct_ci(share, low, high).split(" ", 1)[-1],
+                }
+            )
+    columns = ["Section", "Dataset", "Category", "n", "of", "%", "95% CI"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def table_cutoff_sweep(
+    sweep: pd.DataFrame, threshold: float = 0.8, reference: float = 50
+) -> pd.DataFrame:
+    """Appendix F: P3 across the closed-book confidence cutoffs at the F1 threshold,
+    macro-averaged over model x dataset cells, with each metric's difference from the
+    ``reference`` cutoff (pp)."""
+    chosen = sweep[(sweep.threshold.astype(float) - threshold).abs() < 1e-9].copy()
+    for column in ("hwsa_qc", "fac_q100", "ans_q100"):
+        if column not in chosen.columns:  # a cell without that condition
+            chosen[column] = float("nan")
+    grouped = chosen.groupby("cutoff")[["hwsa_qc", "fac_q100", "ans_q100"]].mean()
+    base = grouped.loc[reference] if reference in grouped.index else None
+    rows = []
+    for cutoff, values in grouped.iterrows():
+        row: dict[str, Any] = {"Cutoff": f"{cutoff:g}"}
+        for column, short, label in (
+            ("hwsa_qc", "HwSA_QC", "HwSA_QC (lower safer)"),
+            ("fac_q100", "FAC_Q100", "FAC_Q100 (lower better)"),
+            ("ans_q100", "Q100 Ans", "Q100 Ans (higher better)"),
+        ):
+            row[label] = pct(values[column])
+            diff = float("nan") if base is None else values[column] - base[column]
+            row[f"{short} vs cf={reference:g} (pp)"] = _pp(diff)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def table_closed_book(
+    cells: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]], cutoff: float = 50
+) -> pd.DataFrame:
+    """Appendix F: the closed-book (CB) pass per model x dataset: how often it abstains,
+    its mean confidence when it answers, and how many answers fall below the P3/P4
+    confidence cutoff; then the mean over cells. ``cells``: (model, dataset) -> CB rows."""
+    rows = []
+    for (model, dataset), cb in sorted(cells.items()):
+        n = len(cb)
+        abstained = sum(r.get("decision") == "abstain" for r in cb)
+        answers = [r for r in cb if r.get("decision") == "answer"]
+        confidences = [float(r["confidence"]) for r in answers if r.get("confidence") is not None]
+        below = sum(c < cutoff for c in confidences)
+        rows.append(
+            {
+                "model": model,
+                "dataset": dataset,
+                "n": n,
+                "CB abstain %": pct(abstained / n) if n else "n/a",
+                "CB answered": len(answers),
+                "mean confidence (answered)": f"{np.mean(confidences):.1f}"
+                if confidences
+                else "n/a",
+                f"answered below cutoff {cutoff:g} %": pct(below / len(answers))
+                if answers
+                else "n/a",
+                "parse failed %": pct((n - abstained - len(answers)) / n) if n else "n/a",
+                "_abstain": abstained / n if n else float("nan"),
+                "_confidence": float(np.mean(confidences)) if confidences else float("nan"),
+            }
+        )
+    if rows:
+        rows.append(
+            {
+                "model": "Mean",
+                "dataset": "",
+                "n": "",
+                "CB abstain %": pct(float(np.nanmean([r["_abstain"] for r in rows]))),
+                "CB answered": "",
+                "mean confidence (answered)": (
+                    f"{np.nanmean([r['_confidence'] for r in rows]):.1f}"
+                    if any(not math.isnan(r["_confidence"]) for r in rows)
+                    else "n/a"
+                ),
+                f"answered below cutoff {cutoff:g} %": "",
+                "parse failed %": "",
+                "_abstain": float("nan"),
+                "_confidence": float("nan"),
+            }
+        )
+    return pd.DataFrame(rows).drop(columns=["_abstain", "_confidence"], errors="ignore")
+
+
+def table_section6(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Section 6's aggregates over the paper's policies P0-P4, as (quantity, model,
+    dataset, value) rows: the mean QC abstention rate per dataset and per model x dataset
+    (with each dataset's difference from the first), the echo share of answered QC rows
+    per model x dataset, the Q100 answer rate per model (macro over policies and
+    datasets), the normalised HwSA@QC per model (mean over datasets), the Q100 EM gap of
+    QC-eligible vs excluded questions per dataset (mean over models, P0: the
+    no-abstention baseline) and the mean Q0 -> QC HwSA delta under P1 and P2."""
+    paper = metrics[metrics.policy.isin(PAPER_POLICIES)]
+
+    def mean(frame: pd.DataFrame, condition: str, metric: str) -> float:
+        values = frame[(frame.condition == condition) & (frame.metric == metric)]["value"]
+        values = values.astype(float)
+        values = values[~values.isna()]
+        return float(values.mean()) if len(values) else float("nan")
+
+    rows: list[dict[str, Any]] = []
+
+    def add(quantity: str, model: str, dataset: str, value: float, signed: bool = False) -> None:
+        shown = _pp(value) if signed else pct(value)
+        rows.append({"Quantity": quantity, "Model": model, "Dataset": dataset, "Value": shown})
+
+    datasets = sorted(set(paper.dataset))
+    models = sorted(set(paper.model))
+    quantity = "QC abstention rate (%), mean over models and P0-P4"
+    for dataset in datasets:
+        add(quantity, "all", dataset, mean(paper[paper.dataset == dataset], "QC", "abstain_rate"))
+    quantity = "QC abstention rate (%), mean over P0-P4"
+    for model in models:
+        per = {
+            d: mean(paper[(paper.model == model) & (paper.dataset == d)], "QC", "abstain_rate")
+            for d in datasets
+        }
+        for dataset in datasets:
+            add(quantity, model, dataset, per[dataset])
+        for dataset in datasets[1:]:
+            diff = per[dataset] - per[datasets[0]]
+            add(f"QC abstention difference (pp), {dataset} - {datasets[0]}", model, "", diff, True)
+    qc = paper[paper.condition == "QC"]
+    for model in models:
+        for dataset in datasets:
+            cell = qc[(qc.model == model) & (qc.dataset == dataset)]
+            echo = cell[cell.metric == "qc_echo"]["value"].astype(float).sum()
+            answered = cell[cell.metric == "qc_answered"]["value"].astype(float).sum()
+            share = echo / answered if answered else float("nan")
+            add("echo share of answered QC rows (%), P0-P4 pooled", model, dataset, share)
+    for model in models:
+        add(
+            "Q100 answer rate (%), macro over P0-P4 and datasets",
+            model,
+            "",
+            mean(paper[paper.model == model], "Q100", "answer_rate"),
+        )
+    normalised = metrics[(metrics.policy == "mean") & (metrics.metric == "normalised_hwsa")]
+    for model in models:
+        values = normalised[normalised.model == model]["value"].astype(float).dropna()
+        add(
+            "normalised HwSA@QC (%), mean over datasets",
+            model,
+            "",
+            float(values.mean()) if len(values) else float("nan"),
+        )
+    p0 = paper[paper.policy == "P0"]
+    for dataset in datasets:
+        add(
+            "Q100 EM gap, QC-eligible - excluded (pp), P0, mean over models",
+            "all",
+            dataset,
+            mean(p0[p0.dataset == dataset], "Q100", "em_gap"),
+            True,
+        )
+    both = paper[paper.policy.isin(["P1", "P2"])]
+    add(
+        "QC - Q0 HwSA delta (pp), mean over P1 and P2",
+        "all",
+        "all",
+        mean(both, "QC-Q0", "hwsa_diff"),
+        True,
+    )
+    return pd.DataFrame(rows, columns=["Quantity", "Model", "Dataset", "Value"])

@@ -3,6 +3,7 @@
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
 from grabrag.assets import resolve
+from grabrag.data import ADAPTERS, dataset_gold_texts
 from grabrag.io import read_jsonl, write_json
 from grabrag.ner import load_configured_ner
 from grabrag.runner import log, run_rule
@@ -12,7 +13,12 @@ from grabrag.swaps import build_entity_pool, gold_passage_texts
 def main(smk):
     questions = read_jsonl(smk.input.questions)
     texts = gold_passage_texts(questions)
-    if smk.params.pool_source == "corpus":
+    if smk.params.pool_source == "dataset_gold":
+        # Every gold passage of the source split (the paper), the sampled ones first.
+        output = ADAPTERS[smk.params.adapter](resolve(smk.input.source))
+        seen = set(texts)
+        texts += [t for t in dataset_gold_texts(output) if t not in seen]
+    elif smk.params.pool_source == "corpus":
         # More passages than the sampled questions' gold: a richer pool for small runs.
         seen = set(texts)
         texts += [t for t in (p["text"] for p in read_jsonl(smk.input.corpus)) if t not in seen]

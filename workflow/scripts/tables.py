@@ -6,7 +6,7 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 import pandas as pd
 
 from grabrag import tables as t
-from grabrag.io import read_json
+from grabrag.io import read_json, read_jsonl
 from grabrag.runner import log, run_rule
 
 
@@ -46,6 +46,56 @@ def _cdd_diagnostics(smk):
         for p in smk.input.cdd_diagnostics
     ]
     return pd.concat(frames, ignore_index=True)
+
+
+def _paper_outputs(smk):
+    """Builders of Tables 4-5, the audit's quality, the cutoff sweep, the closed-book pass
+    and section 6's aggregates (the inputs they read besides the metric table)."""
+    spec = smk.params.paper_outputs
+
+    def swaps():
+        # results/qc/<dataset>/swaps.jsonl
+        return {Path(p).parent.name: read_jsonl(p) for p in smk.input.swaps}
+
+    def audits():
+        return {
+            dataset: pd.read_csv(path, dtype=str, keep_default_na=False)
+            for dataset, path in zip(spec["audited"], smk.input.audit_ratings, strict=True)
+        }
+
+    def ratings():
+        return {
+            d: dict(zip(f["qid"], f["quality"].str.strip().str.lower(), strict=True))
+            for d, f in audits().items()
+        }
+
+    def closed_book():
+        # results/generation/<model>/<dataset>/Qclosed/CB.jsonl
+        return {
+            (Path(p).parents[2].name, Path(p).parents[1].name): read_jsonl(p)
+            for p in smk.input.closed_book
+        }
+
+    def sweeps():
+        frames = []
+        for path in map(Path, smk.input.sweeps):
+            frame = pd.read_csv(path)
+            frame["model"], frame["dataset"] = path.parents[1].name, path.parent.name
+            frames.append(frame)
+        return pd.concat(frames, ignore_index=True)
+
+    boot = spec["bootstrap"]
+    return {
+        "table4_ner_labels": lambda: t.table_ner_labels(spec["ner_backend"]),
+        "table5_swap_examples": lambda: t.table_swap_examples(swaps(), ratings()),
+        "audit_quality": lambda: t.table_audit_quality(
+            audits(), boot["n_resamples"], boot["confidence_level"], spec["seed"]
+        ),
+        "table12b_cutoff_sweep": lambda: t.table_cutoff_sweep(
+            sweeps(), spec["f1_threshold"], spec["confidence_cutoff"]
+        ),
+        "closed_book": lambda: t.table_closed_book(closed_book(), spec["confidence_cutoff"]),
+    }
 
 
 def main(smk):
@@ -92,6 +142,8 @@ def main(smk):
         "cdd_sensitivity": lambda: t.table_cdd_sensitivity(_cdd_diagnostics(smk)),
         "cdd_ablation": lambda: t.table_cdd_ablation(_cdd_diagnostics(smk)),
         "cdd_source_control": lambda: t.table_cdd_source_control(_cdd_diagnostics(smk)),
+        "section6_aggregates": lambda: t.table_section6(metrics),
+        **_paper_outputs(smk),
     }
     for name, caption in smk.params.captions.items():
         table = builders[name]()
