@@ -238,8 +238,9 @@ def test_missing_corrupt_model_and_unknown_chat_format(tmp_path: Path, model_pat
         LlamaGenerator(model_path, settings, n_threads=1, chat_format="chatgpt-9")
 
 
+@pytest.mark.integration
 def test_generation_rows_have_every_column(tiny_run: Path) -> None:
-    cell = tiny_run / "results/generation/smollm2-135m/squad/Q50/P1.jsonl"
+    cell = tiny_run / "results/generation/micro/nq_bigbench/Q50/P1.jsonl"
     rows = read_jsonl(cell)
     assert len(rows) == 2
     columns = {
@@ -260,14 +261,12 @@ def test_generation_rows_have_every_column(tiny_run: Path) -> None:
     }
     assert all(set(r) == columns for r in rows)
     assert {r["prompt"] for r in rows} == {"P1"} and {r["condition"] for r in rows} == {"Q50"}
-    report = json.loads(
-        (tiny_run / "results/generation/smollm2-135m/squad/report.json").read_text()
-    )
+    report = json.loads((tiny_run / "results/generation/micro/nq_bigbench/report.json").read_text())
     assert set(report["cells"]) == {
         f"{c}/{p}" for c in ("Q100", "Q50", "Q0", "QC", "QX") for p in ("P0", "P1", "P2")
     } | {"Qclosed/CB"}
-    n_qc = len(read_jsonl(tiny_run / "results/contexts/squad/QC.jsonl"))
+    n_qc = len(read_jsonl(tiny_run / "results/contexts/nq_bigbench/QC.jsonl"))
     for name, cell in report["cells"].items():
         expected = n_qc if name.startswith(("QC/", "QX/")) else 2  # QX has QC's questions
         assert sum(cell["parse_status"].values()) == expected, name
-    assert not (tiny_run / "results/generation/smollm2-135m/squad/Q50/.checkpoint.jsonl").exists()
+    assert not (tiny_run / "results/generation/micro/nq_bigbench/Q50/.checkpoint.jsonl").exists()

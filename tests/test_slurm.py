@@ -3,9 +3,11 @@
 tests/slurm/slurm_up.sh starts munged, MariaDB, slurmdbd, slurmctld and slurmd (one fake GPU
 in gres.conf) under a temporary folder; the job status goes through `sacct`, the executor
 plugin's default. The daemons are stopped by pid afterwards whether the tests passed or not.
-Needs root and the Debian packages in APT_INSTALL: without them these tests fail, they are
-never skipped. The first test is also the suite's "two clean runs give identical outputs"
-check: the SLURM run and the local run are two independent runs of the same work.
+Needs root; the Debian packages are installed by tests/slurm/install_packages.sh when missing.
+Where that cannot be done (no root, no apt-get) the tests say so in one line and skip, except
+under CI=true, where the skip is a failure: CI always runs them. The first test is also the
+suite's "two clean runs give identical outputs" check: the SLURM run and the local run are
+two independent runs of the same work.
 
 The cluster runs the tiny config's paper pipeline (policies P0-P4) on its SQuAD questions
 (EvidentialRAG and CDD add ~20 LLM calls per question, and every SLURM job adds ~20 s of
@@ -38,10 +40,7 @@ pytestmark = pytest.mark.integration
 
 SLURM_DIR = REPO / "tests" / "slurm"
 PROFILE = REPO / "profiles" / "slurm"
-APT_INSTALL = (
-    "apt-get update && apt-get install -y --no-install-recommends "
-    "slurmctld slurmd slurm-client slurmdbd munge mariadb-server"
-)
+INSTALL_TIMEOUT = 900
 REQUIRED_TOOLS = (
     "munged",
     "munge",
@@ -77,6 +76,18 @@ DOWN_TIMEOUT = 180
 RUN_TIMEOUT = 2400
 LOCK = Path(tempfile.gettempdir()) / "grabrag-slurm-test.lock"
 LOCK_TIMEOUT = 3600
+
+
+def _missing_tools() -> list[str]:
+    return [tool for tool in REQUIRED_TOOLS if shutil.which(tool) is None]
+
+
+def _unavailable(reason: str) -> None:
+    """No cluster on this machine: one line and a skip, but a failure under CI=true, where
+    the cluster tests must always run."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true: {reason}", pytrace=False)
+    pytest.skip(f"real-SLURM test not run: {reason}")
 
 
 def _tail(text: str | bytes | None, n: int = 6000) -> str:
@@ -119,15 +130,28 @@ def _alive(pid: int) -> bool:
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A running single-node SLURM; yields its state folder. Stopped by pid at the end."""
-    missing = [tool for tool in REQUIRED_TOOLS if shutil.which(tool) is None]
+    missing = _missing_tools()
+    if missing and os.geteuid() == 0 and shutil.which("apt-get"):
+        install = subprocess.run(
+            ["bash", str(SLURM_DIR / "install_packages.sh")],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=INSTALL_TIMEOUT,
+        )
+        missing = _missing_tools()
+        if install.returncode != 0 and missing:
+            _unavailable(
+                f"installing the SLURM packages failed ({install.returncode}):\n"
+                f"{_tail(install.stdout + install.stderr, 2000)}"
+            )
     if missing:
-        pytest.fail(
-            f"SLURM is not installed (missing: {', '.join(missing)}). The cluster test needs "
-            f"the Debian packages; install them as root with:\n    {APT_INSTALL}",
-            pytrace=False,
+        _unavailable(
+            f"SLURM is not installed (missing: {', '.join(missing)}) and cannot be installed "
+            f"here (needs root and apt-get: {SLURM_DIR / 'install_packages.sh'})"
         )
     if os.geteuid() != 0:
-        pytest.fail("the SLURM test starts munged and the SLURM daemons: run it as root")
+        _unavailable("the SLURM test starts munged and the SLURM daemons: run it as root")
     # One test cluster per machine at a time (ports and /etc/slurm are global).
     lock = LOCK.open("w")
     deadline = time.monotonic() + LOCK_TIMEOUT
