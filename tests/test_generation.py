@@ -270,3 +270,29 @@ def test_generation_rows_have_every_column(tiny_run: Path) -> None:
         expected = n_qc if name.startswith(("QC/", "QX/")) else 2  # QX has QC's questions
         assert sum(cell["parse_status"].values()) == expected, name
     assert not (tiny_run / "results/generation/micro/nq_bigbench/Q50/.checkpoint.jsonl").exists()
+
+
+def test_gpu_offload_on_a_cpu_only_build_is_refused_unless_allowed() -> None:
+    from grabrag.generation import check_gpu_offload
+
+    assert check_gpu_offload(0, False, supports_gpu=False) is None
+    assert check_gpu_offload(-1, False, supports_gpu=True) is None
+    with pytest.raises(GenerationError, match=r"n_gpu_layers: -1.*GGML_CUDA=on.*--no-cache-dir"):
+        check_gpu_offload(-1, False, supports_gpu=False)
+    warning = check_gpu_offload(20, True, supports_gpu=False)
+    assert warning and "allow_cpu: true" in warning
+
+
+def test_generator_checks_this_llama_cpp_build_before_loading(tmp_path: Path) -> None:
+    import llama_cpp
+
+    missing = tmp_path / "never-loaded.gguf"
+    settings = GenerationSettings()
+    if llama_cpp.llama_supports_gpu_offload():
+        expected = "does not exist"  # a GPU build goes on to load the model
+    else:
+        expected = "no GPU support"  # a CPU build stops first
+    with pytest.raises(GenerationError, match=expected):
+        LlamaGenerator(missing, settings, n_threads=1, n_gpu_layers=-1)
+    with pytest.raises(GenerationError, match="does not exist"):
+        LlamaGenerator(missing, settings, n_threads=1, n_gpu_layers=-1, allow_cpu=True)

@@ -354,3 +354,17 @@ def test_llm_backend_labels_follow_the_grammar(llm_verifier: LlmNli) -> None:
     assert rows[0]["verifier"] == "llm:SmolLM2-135M-Instruct.Q4_1.gguf"
     assert len(rows[0]["labels"]) == 2
     assert set(rows[0]["labels"]) <= set(LABELS)
+
+
+def test_nli_device_auto_uses_cuda_only_where_torch_has_it() -> None:
+    import torch
+
+    from grabrag.nli import torch_device
+
+    assert torch_device("cpu", "m") == "cpu"
+    assert torch_device("auto", "m") == ("cuda" if torch.cuda.is_available() else "cpu")
+    if torch.cuda.is_available():
+        assert torch_device("cuda", "m") == "cuda"
+    else:
+        with pytest.raises(NliError, match="sees no CUDA GPU.*nli.device: cpu"):
+            torch_device("cuda", "m")

@@ -11,6 +11,7 @@ run computes exactly what an uninterrupted one does.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -36,6 +37,32 @@ CHAT_TEMPLATE_MARGIN = 48
 
 class GenerationError(GrabragError):
     """The model or its settings cannot serve the prompts (raised before any work)."""
+
+
+CUDA_BUILD = (
+    'CMAKE_ARGS="-DGGML_CUDA=on" pip install --no-cache-dir --force-reinstall --no-deps '
+    "llama-cpp-python==0.3.36"
+)
+
+
+def check_gpu_offload(n_gpu_layers: int, allow_cpu: bool, supports_gpu: bool) -> str | None:
+    """Refuse a model configured for GPU offload on a llama.cpp build that has no GPU
+    backend: it would silently run every layer on the CPU (days instead of hours for the
+    paper's setting). ``allow_cpu`` accepts that explicitly; the warning is returned."""
+    if n_gpu_layers == 0 or supports_gpu:
+        return None
+    message = (
+        f"the model is configured for GPU offload (n_gpu_layers: {n_gpu_layers}) but this "
+        "llama-cpp-python build has no GPU support (pip's default wheel is CPU-only), so "
+        "every layer would run on the CPU"
+    )
+    if allow_cpu:
+        return message + "; running on the CPU because the model sets allow_cpu: true"
+    raise GenerationError(
+        f"{message}. Install the CUDA build (pip must not reuse its cached CPU wheel): "
+        f"{CUDA_BUILD}; or set n_gpu_layers: 0 (or allow_cpu: true) for this model to run "
+        "on the CPU on purpose"
+    )
 
 
 @dataclass
@@ -110,10 +137,16 @@ class LlamaGenerator:
         n_threads: int,
         n_gpu_layers: int = 0,
         chat_format: str | None = None,
+        allow_cpu: bool = False,
     ) -> None:
         import llama_cpp
         from llama_cpp import llama_chat_format
 
+        warning = check_gpu_offload(
+            n_gpu_layers, allow_cpu, bool(llama_cpp.llama_supports_gpu_offload())
+        )
+        if warning:
+            logging.getLogger("grabrag").warning("%s", warning)
         self.settings = settings
         model_path = Path(model_path)
         if not model_path.is_file():

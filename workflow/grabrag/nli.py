@@ -127,6 +127,22 @@ def label_map(id2label: Mapping[Any, str], model: str) -> dict[int, str]:
 # --- transformers backend -------------------------------------------------------------
 
 
+def torch_device(device: str, model_name: str) -> str:
+    """``auto``: CUDA when torch sees a GPU, else the CPU. ``cuda`` where torch has no
+    CUDA (a CPU build, no driver) is an error, not a silent CPU run."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise NliError(
+            f"NLI model {model_name}: nli.device is {device!r} but torch "
+            f"{torch.__version__} sees no CUDA GPU (a CPU build of torch, or no driver); "
+            "install a CUDA build of torch, or set nli.device: cpu (or auto)"
+        )
+    return device
+
+
 class TransformersNli:
     """A local Hugging Face sequence-classification NLI model, run in batches."""
 
@@ -157,6 +173,7 @@ class TransformersNli:
                 f"NLI model {model_name}: id2label has {len(self.labels)} entries but the "
                 f"model has {self.model.config.num_labels} outputs"
             )
+        device = torch_device(device, model_name)
         self.model.to(device)
         self.model.eval()
         self.device = device
@@ -359,6 +376,7 @@ def build_verifier(
     batch_size: int = 16,
     n_gpu_layers: int = 0,
     chat_format: str | None = None,
+    allow_cpu: bool = False,
     n_ctx: int = 4096,
     seed: int = 42,
     name: str | None = None,
@@ -375,6 +393,7 @@ def build_verifier(
             n_threads=n_threads,
             n_gpu_layers=n_gpu_layers,
             chat_format=chat_format,
+            allow_cpu=allow_cpu,
         )
         return LlmNli(generator, name=name)
     raise NliError(f"unknown NLI backend {backend!r}; known: transformers, llm")

@@ -31,6 +31,7 @@ def main(smk):
         generation,
         n_threads=smk.threads,
         n_gpu_layers=model["n_gpu_layers"],
+        allow_cpu=model["allow_cpu"],
         chat_format=model["chat_format"],
     )
     generator.preflight(preflight_calls(rows, cb_rows, generation.max_tokens))

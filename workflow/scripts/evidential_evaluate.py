@@ -38,6 +38,7 @@ def main(smk):
         settings,
         n_threads=smk.threads,
         n_gpu_layers=evaluator["n_gpu_layers"],
+        allow_cpu=evaluator["allow_cpu"],
         chat_format=evaluator["chat_format"],
     )
     generator.preflight(call for row in rows for call in preflight_messages(row, max_tokens))

@@ -21,6 +21,7 @@ def main(smk):
         settings_from(smk.params.generation),
         n_threads=smk.threads,
         n_gpu_layers=model["n_gpu_layers"],
+        allow_cpu=model["allow_cpu"],
         chat_format=model["chat_format"],
     )
     generator.preflight(

@@ -18,6 +18,7 @@ def main(smk):
         batch_size=nli["batch_size"],
         n_gpu_layers=model["n_gpu_layers"],
         chat_format=model["chat_format"],
+        allow_cpu=model["allow_cpu"],
         seed=smk.params.seed,
         name=nli["asset"] or model["asset"],
     )
