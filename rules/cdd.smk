@@ -34,6 +34,8 @@ rule cdd_generate:
         checkpoint=lambda wildcards: f"{cdd_dir(wildcards)}/.traces_checkpoint.jsonl",
     log:
         f"{RESULTS}/logs/cdd_generate/{{model}}/{{dataset}}/{{condition}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/cdd_generate/{{model}}/{{dataset}}/{{condition}}.tsv"
     conda:
         GRABRAG_ENV
     threads: workflow.cores
@@ -61,6 +63,8 @@ if CDD_BASELINES:
             checkpoint=lambda wildcards: f"{cdd_dir(wildcards)}/.baselines_checkpoint.jsonl",
         log:
             f"{RESULTS}/logs/baselines_generate/{{model}}/{{dataset}}/{{condition}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/baselines_generate/{{model}}/{{dataset}}/{{condition}}.tsv"
         conda:
             GRABRAG_ENV
         threads: workflow.cores

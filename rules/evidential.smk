@@ -21,6 +21,8 @@ rule evidential_evaluate:
         checkpoint=lambda wildcards: f"{evidential_dir(wildcards)}/.evaluate_checkpoint.jsonl",
     log:
         f"{RESULTS}/logs/evidential_evaluate/{{model}}/{{dataset}}/{{condition}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/evidential_evaluate/{{model}}/{{dataset}}/{{condition}}.tsv"
     conda:
         GRABRAG_ENV
     threads: workflow.cores
@@ -50,6 +52,8 @@ rule evidential_generate:
         checkpoint=lambda wildcards: f"{evidential_dir(wildcards)}/.generate_checkpoint.jsonl",
     log:
         f"{RESULTS}/logs/evidential_generate/{{model}}/{{dataset}}/{{condition}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/evidential_generate/{{model}}/{{dataset}}/{{condition}}.tsv"
     conda:
         GRABRAG_ENV
     threads: workflow.cores

@@ -20,6 +20,8 @@ rule generate_context_prompts:
         ),
     log:
         f"{RESULTS}/logs/generate/{{model}}/{{dataset}}/{{condition}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/generate/{{model}}/{{dataset}}/{{condition}}.tsv"
     conda:
         GRABRAG_ENV
     threads: workflow.cores
@@ -43,6 +45,8 @@ rule generate_closed_book:
         ),
     log:
         f"{RESULTS}/logs/generate/{{model}}/{{dataset}}/Qclosed.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/generate/{{model}}/{{dataset}}/Qclosed.tsv"
     conda:
         GRABRAG_ENV
     threads: workflow.cores

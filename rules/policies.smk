@@ -16,6 +16,8 @@ rule nli:
         seed=config["generation"]["seed"],
     log:
         f"{RESULTS}/logs/nli/{{model}}/{{dataset}}/{{condition}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/nli/{{model}}/{{dataset}}/{{condition}}.tsv"
     conda:
         GRABRAG_ENV
     threads: workflow.cores

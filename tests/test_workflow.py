@@ -92,7 +92,7 @@ def _outputs(root: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(results)): _without_timing(p)
         for p in sorted(results.rglob("*"))
-        if p.is_file() and "logs" not in p.parts
+        if p.is_file() and "logs" not in p.parts and "benchmarks" not in p.parts
     }
 
 
@@ -705,3 +705,20 @@ def test_evidential_sweep_grid(tiny_run: Path) -> None:
         }
         pooled = [r for r in sweep if r["condition"] == "pooled"]
         assert len(pooled) == 2 * settings and all(r["refusal_f1"] != "" for r in pooled)
+
+
+def test_model_calling_rules_write_benchmarks(tiny_run: Path) -> None:
+    bench = tiny_run / "results/benchmarks"
+    for rule in (
+        "generate",
+        "nli",
+        "evidential_evaluate",
+        "evidential_generate",
+        "cdd_generate",
+        "baselines_generate",
+    ):
+        table = bench / f"{rule}/{MODEL}/nq_bigbench/Q100.tsv"
+        header, values = table.read_text().splitlines()[:2]
+        assert header.split("\t")[:3] == ["s", "h:m:s", "max_rss"], rule
+        assert float(values.split("\t")[0]) > 0, rule
+    assert (bench / f"generate/{MODEL}/nq_bigbench/Qclosed.tsv").exists()

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .errors import DataError, GrabragError
+from .progress import Progress
 
 log = logging.getLogger("grabrag")
 
@@ -339,7 +340,16 @@ def nli_rows(
             "questions (the others' CB pass did not answer confidently)"
         )
     started = time.perf_counter()
-    labels = verifier.classify(pairs) if pairs else []
+    labels: list[str] = []
+    # In chunks, for progress lines; a chunk is whole batches of the transformers backend,
+    # so its batches are the same as in one call.
+    chunk = 8 * getattr(verifier, "batch_size", 8)
+    tracker = Progress(len(pairs), progress, unit="pairs", min_interval=10.0) if progress else None
+    for start in range(0, len(pairs), chunk):
+        part = pairs[start : start + chunk]
+        labels.extend(verifier.classify(part))
+        if tracker:
+            tracker.step("NLI", n=len(part))
     if len(labels) != len(pairs):
         raise NliError(f"{verifier.name} returned {len(labels)} labels for {len(pairs)} pairs")
     for position, first, count in spans:

@@ -7,12 +7,13 @@ not gold and contain no answer alias (word-boundary match after normalisation).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .progress import Progress
 from .text import contains_alias, word_tokens
 
 
@@ -23,16 +24,35 @@ def load_encoder(model_dir: str | Path, device: str = "cpu") -> Any:
     return SentenceTransformer(str(model_dir), device=device, local_files_only=True)
 
 
-def embed(encoder: Any, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
-    """L2-normalised float32 embeddings, so a dot product is the cosine similarity."""
-    vectors = encoder.encode(
-        list(texts),
-        batch_size=batch_size,
-        normalize_embeddings=True,
-        convert_to_numpy=True,
-        show_progress_bar=False,
-    )
-    return np.asarray(vectors, dtype=np.float32)
+def embed(
+    encoder: Any,
+    texts: Sequence[str],
+    batch_size: int = 32,
+    log: Callable[[str], None] | None = None,
+    chunk: int = 1024,
+) -> np.ndarray:
+    """L2-normalised float32 embeddings, so a dot product is the cosine similarity.
+    With ``log``, a progress line at most every 10 s (texts are encoded ``chunk`` at a
+    time; the encoder batches within each chunk, so the vectors do not depend on it)."""
+    texts = list(texts)
+    progress = Progress(len(texts), log, unit="passages", min_interval=10.0) if log else None
+    parts = []
+    for start in range(0, len(texts), chunk):
+        part = texts[start : start + chunk]
+        parts.append(
+            encoder.encode(
+                part,
+                batch_size=batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        )
+        if progress:
+            progress.step("embedding", n=len(part))
+    if not parts:
+        return np.zeros((0, encoder.get_sentence_embedding_dimension()), dtype=np.float32)
+    return np.asarray(np.concatenate(parts), dtype=np.float32)
 
 
 def passage_text(passage: dict[str, str]) -> str:

@@ -40,6 +40,7 @@ from .errors import DataError
 from .io import write_csv
 from .metrics import normalize_answer
 from .ner import INTERNAL_TYPES, NerBackend, Span
+from .progress import Progress
 from .retrieval import passage_text
 from .text import contains_alias
 
@@ -337,17 +338,28 @@ class EntityPool:
 
 
 class NerCache:
-    """Memoises a backend's spans by text; ``prime`` runs the missing texts as one batch."""
+    """Memoises a backend's spans by text; ``prime`` runs the missing texts in batches of
+    ``chunk`` (the backend batches within each), with progress lines to ``log``."""
 
-    def __init__(self, ner: NerBackend) -> None:
+    def __init__(
+        self, ner: NerBackend, log: Callable[[str], None] | None = None, chunk: int = 256
+    ) -> None:
         self.ner = ner
+        self.log = log
+        self.chunk = chunk
         self._spans: dict[str, list[Span]] = {}
 
     def prime(self, texts: Iterable[str]) -> None:
         missing = list(dict.fromkeys(t for t in texts if t not in self._spans))
-        if missing:
-            for text, spans in zip(missing, self.ner.predict(missing), strict=True):
+        progress = None
+        if self.log and len(missing) > self.chunk:
+            progress = Progress(len(missing), self.log, unit="passages", min_interval=10.0)
+        for start in range(0, len(missing), self.chunk):
+            part = missing[start : start + self.chunk]
+            for text, spans in zip(part, self.ner.predict(part), strict=True):
                 self._spans[text] = spans
+            if progress:
+                progress.step("NER", n=len(part))
 
     def __call__(self, text: str) -> list[Span]:
         self.prime([text])
@@ -1156,9 +1168,14 @@ def build_swaps(
         if located is not None:
             cores.append(located.text)
     cache.prime(cores)
-    records = [
-        swap_question(i, q, pool, cache, seed, max_candidates) for i, q in enumerate(questions)
-    ]
+    progress = None
+    if cache.log:
+        progress = Progress(len(questions), cache.log, unit="questions", min_interval=10.0)
+    records = []
+    for i, question in enumerate(questions):
+        records.append(swap_question(i, question, pool, cache, seed, max_candidates))
+        if progress:
+            progress.step(f"swaps ({records[-1]['status']})")
     return records, pool
 
 

@@ -14,7 +14,7 @@ def main(smk):
     torch.set_num_threads(smk.threads)
     corpus = read_jsonl(smk.input.corpus)
     encoder = load_encoder(resolve(smk.input.encoder))
-    vectors = embed(encoder, [passage_text(p) for p in corpus], smk.params.batch_size)
+    vectors = embed(encoder, [passage_text(p) for p in corpus], smk.params.batch_size, log=log.info)
     with atomic_write(smk.output.embeddings, "wb") as handle:
         np.savez(handle, pids=np.array([p["pid"] for p in corpus]), embeddings=vectors)
     log.info(

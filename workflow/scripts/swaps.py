@@ -23,7 +23,7 @@ from grabrag.swaps import (
 def main(smk):
     questions = read_jsonl(smk.input.questions)
     pool = EntityPool.from_dict(read_json(smk.input.pool))
-    ner = NerCache(load_configured_ner(smk.params.ner, resolve(smk.input.ner)))
+    ner = NerCache(load_configured_ner(smk.params.ner, resolve(smk.input.ner)), log=log.info)
     records, _ = build_swaps(questions, ner, seed=smk.params.seed, pool=pool)
     summary = {
         "dataset": smk.wildcards.dataset,
