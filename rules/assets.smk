@@ -4,13 +4,13 @@
 rule fetch_asset:
     output:
         manifest=f"{RESOURCES}/{{asset}}/manifest.json",
-    params:
-        spec=lambda wildcards: stable(config["assets"][wildcards.asset]),
     log:
         f"{RESOURCES}/logs/fetch_asset/{{asset}}.log",
     conda:
         GRABRAG_ENV
     resources:
         downloads=1,
+    params:
+        spec=lambda wildcards: stable(config["assets"][wildcards.asset]),
     script:
         "../workflow/scripts/fetch_asset.py"

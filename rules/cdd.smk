@@ -26,12 +26,6 @@ rule cdd_generate:
         model=model_asset,
     output:
         traces=f"{RESULTS}/cdd/{{model}}/{{dataset}}/{{condition}}/traces.jsonl",
-    params:
-        model=lambda wildcards: stable(config["models"][wildcards.model]),
-        generation=cdd_generation_settings(),
-        cdd=stable({k: config["cdd"][k] for k in ("parametric", "diagnostics", "gate")}),
-        contract=prompt_contract(),
-        checkpoint=lambda wildcards: f"{cdd_dir(wildcards)}/.traces_checkpoint.jsonl",
     log:
         f"{RESULTS}/logs/cdd_generate/{{model}}/{{dataset}}/{{condition}}.log",
     benchmark:
@@ -41,6 +35,12 @@ rule cdd_generate:
     threads: workflow.cores
     resources:
         gpu=1,
+    params:
+        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        generation=cdd_generation_settings(),
+        cdd=stable({k: config["cdd"][k] for k in ("parametric", "diagnostics", "gate")}),
+        contract=prompt_contract(),
+        checkpoint=lambda wildcards: f"{cdd_dir(wildcards)}/.traces_checkpoint.jsonl",
     script:
         "../workflow/scripts/cdd_generate.py"
 
@@ -56,11 +56,6 @@ if CDD_BASELINES:
                 name: f"{RESULTS}/cdd/{{model}}/{{dataset}}/{{condition}}/{name}.jsonl"
                 for name in CDD_BASELINES
             },
-        params:
-            model=lambda wildcards: stable(config["models"][wildcards.model]),
-            generation=generation_settings(),
-            contract=baseline_contract(),
-            checkpoint=lambda wildcards: f"{cdd_dir(wildcards)}/.baselines_checkpoint.jsonl",
         log:
             f"{RESULTS}/logs/baselines_generate/{{model}}/{{dataset}}/{{condition}}.log",
         benchmark:
@@ -70,6 +65,11 @@ if CDD_BASELINES:
         threads: workflow.cores
         resources:
             gpu=1,
+        params:
+            model=lambda wildcards: stable(config["models"][wildcards.model]),
+            generation=generation_settings(),
+            contract=baseline_contract(),
+            checkpoint=lambda wildcards: f"{cdd_dir(wildcards)}/.baselines_checkpoint.jsonl",
         script:
             "../workflow/scripts/cdd_baselines.py"
 
@@ -91,14 +91,14 @@ rule cdd_diagnostics:
         ),
     output:
         diagnostics=f"{RESULTS}/cdd/{{model}}/{{dataset}}/diagnostics.csv",
+    log:
+        f"{RESULTS}/logs/cdd_diagnostics/{{model}}/{{dataset}}.log",
+    conda:
+        GRABRAG_ENV
     params:
         conditions=GENERATION_CONDITIONS,
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
         code=library_code("cdd.py", "cdd_runs.py", "metrics.py", "bootstrap.py"),
-    log:
-        f"{RESULTS}/logs/cdd_diagnostics/{{model}}/{{dataset}}.log",
-    conda:
-        GRABRAG_ENV
     script:
         "../workflow/scripts/cdd_diagnostics.py"

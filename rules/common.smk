@@ -38,9 +38,7 @@ POLICIES = config["policies"]["names"]
 # EvidentialRAG policies (rules/evidential.smk) among the configured ones.
 EVID_POLICIES = [p for p in ("EVID", "EVID_CB") if p in POLICIES]
 # CDD, CDD-alpha and the prompt-only baselines (rules/cdd.smk) among the configured ones.
-CDD_FAMILY = [
-    p for p in ("CDD", "CDD_ALPHA", "CAI", "SHAM", "REFLECT", "FILTER") if p in POLICIES
-]
+CDD_FAMILY = [p for p in ("CDD", "CDD_ALPHA", "CAI", "SHAM", "REFLECT", "FILTER") if p in POLICIES]
 
 
 def _method_datasets(section):
@@ -73,9 +71,7 @@ def p3_sweep_qc_input(wildcards):
     """P1 at QC for the P3 sweep's HwSA column, when the config has a QC condition."""
     if "QC" not in GENERATION_CONDITIONS:
         return {}
-    return {
-        "p1_qc": f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/QC/P1.jsonl"
-    }
+    return {"p1_qc": f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/QC/P1.jsonl"}
 
 
 def _alternatives(names):

@@ -13,13 +13,13 @@ rule build_contexts:
             for condition in CONDITIONS
         },
         report=f"{RESULTS}/contexts/{{dataset}}/report.json",
-    params:
-        contexts=stable(config["contexts"]),
-        seed=construction_seed,
-        tokenizer=tokenizer_asset(),
     log:
         f"{RESULTS}/logs/build_contexts/{{dataset}}.log",
     conda:
         GRABRAG_ENV
+    params:
+        contexts=stable(config["contexts"]),
+        seed=construction_seed,
+        tokenizer=tokenizer_asset(),
     script:
         "../workflow/scripts/build_contexts.py"

@@ -8,12 +8,12 @@ rule prepare_data:
         questions=f"{RESULTS}/data/{{dataset}}/questions.jsonl",
         corpus=f"{RESULTS}/data/{{dataset}}/corpus.jsonl",
         report=f"{RESULTS}/data/{{dataset}}/report.json",
-    params:
-        dataset=lambda wildcards: stable(config["datasets"][wildcards.dataset]),
-        seed=config["seed"],
     log:
         f"{RESULTS}/logs/prepare_data/{{dataset}}.log",
     conda:
         GRABRAG_ENV
+    params:
+        dataset=lambda wildcards: stable(config["datasets"][wildcards.dataset]),
+        seed=config["seed"],
     script:
         "../workflow/scripts/prepare_data.py"

@@ -12,13 +12,6 @@ rule evidential_evaluate:
     output:
         evaluations=f"{RESULTS}/evidential/{{model}}/{{dataset}}/{{condition}}/evaluations.jsonl",
         report=f"{RESULTS}/evidential/{{model}}/{{dataset}}/{{condition}}/evaluate_report.json",
-    params:
-        evaluator_name=evaluator_name,
-        evaluator=lambda wildcards: stable(config["models"][evaluator_name(wildcards)]),
-        generation=generation_settings(),
-        max_tokens=config["evidential"]["evaluator_max_tokens"],
-        contract=evaluator_contract(),
-        checkpoint=lambda wildcards: f"{evidential_dir(wildcards)}/.evaluate_checkpoint.jsonl",
     log:
         f"{RESULTS}/logs/evidential_evaluate/{{model}}/{{dataset}}/{{condition}}.log",
     benchmark:
@@ -28,6 +21,13 @@ rule evidential_evaluate:
     threads: workflow.cores
     resources:
         gpu=1,
+    params:
+        evaluator_name=evaluator_name,
+        evaluator=lambda wildcards: stable(config["models"][evaluator_name(wildcards)]),
+        generation=generation_settings(),
+        max_tokens=config["evidential"]["evaluator_max_tokens"],
+        contract=evaluator_contract(),
+        checkpoint=lambda wildcards: f"{evidential_dir(wildcards)}/.evaluate_checkpoint.jsonl",
     script:
         "../workflow/scripts/evidential_evaluate.py"
 
@@ -44,12 +44,6 @@ rule evidential_generate:
             for policy in EVID_POLICIES
         },
         report=f"{RESULTS}/evidential/{{model}}/{{dataset}}/{{condition}}/generate_report.json",
-    params:
-        model=lambda wildcards: stable(config["models"][wildcards.model]),
-        generation=generation_settings(),
-        fusion=fusion_settings(),
-        code=library_code("evidential.py"),
-        checkpoint=lambda wildcards: f"{evidential_dir(wildcards)}/.generate_checkpoint.jsonl",
     log:
         f"{RESULTS}/logs/evidential_generate/{{model}}/{{dataset}}/{{condition}}.log",
     benchmark:
@@ -59,6 +53,12 @@ rule evidential_generate:
     threads: workflow.cores
     resources:
         gpu=1,
+    params:
+        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        generation=generation_settings(),
+        fusion=fusion_settings(),
+        code=library_code("evidential.py"),
+        checkpoint=lambda wildcards: f"{evidential_dir(wildcards)}/.generate_checkpoint.jsonl",
     script:
         "../workflow/scripts/evidential_generate.py"
 
@@ -76,14 +76,14 @@ rule evidential_sweep:
         cb=closed_book_cell,
     output:
         sweep=f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv",
-    params:
-        fusion=fusion_settings(),
-        grid=stable({k: config["evidential"][k] for k in ("lambda_grid", "tau_grid")}),
-        code=library_code("evidential.py", "evidential_runs.py", "metrics.py"),
     log:
         f"{RESULTS}/logs/evidential_sweep/{{model}}/{{dataset}}.log",
     conda:
         GRABRAG_ENV
+    params:
+        fusion=fusion_settings(),
+        grid=stable({k: config["evidential"][k] for k in ("lambda_grid", "tau_grid")}),
+        code=library_code("evidential.py", "evidential_runs.py", "metrics.py"),
     script:
         "../workflow/scripts/evidential_sweep.py"
 
@@ -107,12 +107,12 @@ rule evidential_efficiency:
         cb=closed_book_cell,
     output:
         efficiency=f"{RESULTS}/evidential/{{model}}/{{dataset}}/efficiency.json",
-    params:
-        conditions=GENERATION_CONDITIONS,
-        code=library_code("evidential_runs.py"),
     log:
         f"{RESULTS}/logs/evidential_efficiency/{{model}}/{{dataset}}.log",
     conda:
         GRABRAG_ENV
+    params:
+        conditions=GENERATION_CONDITIONS,
+        code=library_code("evidential_runs.py"),
     script:
         "../workflow/scripts/evidential_efficiency.py"

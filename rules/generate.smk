@@ -11,13 +11,6 @@ rule generate_context_prompts:
             prompt: f"{RESULTS}/generation/{{model}}/{{dataset}}/{{condition}}/{prompt}.jsonl"
             for prompt in CONTEXT_PROMPTS
         },
-    params:
-        model=lambda wildcards: stable(config["models"][wildcards.model]),
-        generation=generation_settings(),
-        checkpoint=lambda wildcards: (
-            f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/"
-            f"{wildcards.condition}/.checkpoint.jsonl"
-        ),
     log:
         f"{RESULTS}/logs/generate/{{model}}/{{dataset}}/{{condition}}.log",
     benchmark:
@@ -27,6 +20,13 @@ rule generate_context_prompts:
     threads: workflow.cores
     resources:
         gpu=1,
+    params:
+        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        generation=generation_settings(),
+        checkpoint=lambda wildcards: (
+            f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/"
+            f"{wildcards.condition}/.checkpoint.jsonl"
+        ),
     script:
         "../workflow/scripts/generate.py"
 
@@ -37,12 +37,6 @@ rule generate_closed_book:
         model=model_asset,
     output:
         CB=f"{RESULTS}/generation/{{model}}/{{dataset}}/Qclosed/CB.jsonl",
-    params:
-        model=lambda wildcards: stable(config["models"][wildcards.model]),
-        generation=generation_settings(),
-        checkpoint=lambda wildcards: (
-            f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/Qclosed/.checkpoint.jsonl"
-        ),
     log:
         f"{RESULTS}/logs/generate/{{model}}/{{dataset}}/Qclosed.log",
     benchmark:
@@ -52,6 +46,12 @@ rule generate_closed_book:
     threads: workflow.cores
     resources:
         gpu=1,
+    params:
+        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        generation=generation_settings(),
+        checkpoint=lambda wildcards: (
+            f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/Qclosed/.checkpoint.jsonl"
+        ),
     script:
         "../workflow/scripts/generate.py"
 

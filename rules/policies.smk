@@ -9,11 +9,6 @@ rule nli:
         verifier=nli_asset,
     output:
         nli=f"{RESULTS}/nli/{{model}}/{{dataset}}/{{condition}}.jsonl",
-    params:
-        nli=stable(config["nli"]),
-        model=lambda wildcards: stable(config["models"][wildcards.model]),
-        cutoff=config["policies"]["confidence_cutoff"],
-        seed=config["generation"]["seed"],
     log:
         f"{RESULTS}/logs/nli/{{model}}/{{dataset}}/{{condition}}.log",
     benchmark:
@@ -23,6 +18,11 @@ rule nli:
     threads: workflow.cores
     resources:
         gpu=1,
+    params:
+        nli=stable(config["nli"]),
+        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        cutoff=config["policies"]["confidence_cutoff"],
+        seed=config["generation"]["seed"],
     script:
         "../workflow/scripts/nli.py"
 
@@ -32,6 +32,10 @@ rule policy:
         unpack(policy_inputs),
     output:
         decisions=f"{RESULTS}/policies/{{model}}/{{dataset}}/{{condition}}/{{policy}}.jsonl",
+    log:
+        f"{RESULTS}/logs/policy/{{model}}/{{dataset}}/{{condition}}/{{policy}}.log",
+    conda:
+        GRABRAG_ENV
     params:
         cutoff=config["policies"]["confidence_cutoff"],
         threshold=config["policies"]["f1_threshold"],
@@ -40,10 +44,6 @@ rule policy:
             config["cdd"]["gate_threshold"] if wildcards.policy == "CDD_ALPHA" else None
         ),
         gate=lambda wildcards: config["cdd"]["gate"] if wildcards.policy == "CDD_ALPHA" else None,
-    log:
-        f"{RESULTS}/logs/policy/{{model}}/{{dataset}}/{{condition}}/{{policy}}.log",
-    conda:
-        GRABRAG_ENV
     script:
         "../workflow/scripts/policy.py"
 

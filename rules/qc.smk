@@ -13,15 +13,15 @@ rule entity_pool:
         ),
     output:
         pool=f"{RESULTS}/qc/{{dataset}}/entity_pool.json",
-    params:
-        ner=stable(config["ner"]),
-        pool_source=config["qc"]["pool"],
-        adapter=lambda wildcards: config["datasets"][wildcards.dataset]["adapter"],
     log:
         f"{RESULTS}/logs/entity_pool/{{dataset}}.log",
     conda:
         GRABRAG_ENV
     threads: workflow.cores
+    params:
+        ner=stable(config["ner"]),
+        pool_source=config["qc"]["pool"],
+        adapter=lambda wildcards: config["datasets"][wildcards.dataset]["adapter"],
     script:
         "../workflow/scripts/entity_pool.py"
 
@@ -36,15 +36,15 @@ rule swaps:
         table=f"{RESULTS}/qc/{{dataset}}/swaps.csv",
         summary=f"{RESULTS}/qc/{{dataset}}/summary.json",
         audit=f"{RESULTS}/qc/{{dataset}}/audit_sample.csv",
-    params:
-        ner=stable(config["ner"]),
-        seed=construction_seed,
-        audit_size=config["qc"]["audit_size"],
     log:
         f"{RESULTS}/logs/swaps/{{dataset}}.log",
     conda:
         GRABRAG_ENV
     threads: workflow.cores
+    params:
+        ner=stable(config["ner"]),
+        seed=construction_seed,
+        audit_size=config["qc"]["audit_size"],
     script:
         "../workflow/scripts/swaps.py"
 
@@ -60,13 +60,13 @@ rule qc_contexts:
     output:
         QC=f"{RESULTS}/contexts/{{dataset}}/QC.jsonl",
         report=f"{RESULTS}/contexts/{{dataset}}/QC_report.json",
-    params:
-        contexts=stable(config["contexts"]),
-        seed=construction_seed,
     log:
         f"{RESULTS}/logs/qc_contexts/{{dataset}}.log",
     conda:
         GRABRAG_ENV
+    params:
+        contexts=stable(config["contexts"]),
+        seed=construction_seed,
     script:
         "../workflow/scripts/qc_contexts.py"
 
@@ -84,13 +84,12 @@ rule qx_contexts:
     output:
         QX=f"{RESULTS}/contexts/{{dataset}}/QX.jsonl",
         report=f"{RESULTS}/contexts/{{dataset}}/QX_report.json",
-    params:
-        contexts=stable(config["contexts"]),
-        seed=construction_seed,
     log:
         f"{RESULTS}/logs/qx_contexts/{{dataset}}.log",
     conda:
         GRABRAG_ENV
+    params:
+        contexts=stable(config["contexts"]),
+        seed=construction_seed,
     script:
         "../workflow/scripts/qx_contexts.py"
-

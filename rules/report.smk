@@ -58,12 +58,12 @@ rule audit_hwsa:
         ],
     output:
         table=f"{RESULTS}/qc/{{dataset}}/audit_hwsa.csv",
-    params:
-        code=library_code("metrics.py", "tables.py", "swaps.py"),
     log:
         f"{RESULTS}/logs/audit_hwsa/{{dataset}}.log",
     conda:
         GRABRAG_ENV
+    params:
+        code=library_code("metrics.py", "tables.py", "swaps.py"),
     script:
         "../workflow/scripts/audit_hwsa.py"
 
@@ -83,14 +83,14 @@ rule metrics:
         ),
     output:
         metrics=f"{RESULTS}/metrics/{{dataset}}.csv",
-    params:
-        code=library_code("metrics.py", "evaluate.py", "bootstrap.py"),
-        bootstrap=stable(config["bootstrap"]),
-        seed=config["seed"],
     log:
         f"{RESULTS}/logs/metrics/{{dataset}}.log",
     conda:
         GRABRAG_ENV
+    params:
+        code=library_code("metrics.py", "evaluate.py", "bootstrap.py"),
+        bootstrap=stable(config["bootstrap"]),
+        seed=config["seed"],
     script:
         "../workflow/scripts/metrics.py"
 
@@ -110,14 +110,14 @@ rule abstention_over_datasets:
         ],
     output:
         metrics=f"{RESULTS}/metrics/abstention_over_datasets.csv",
-    params:
-        code=library_code("metrics.py", "evaluate.py", "bootstrap.py"),
-        bootstrap=stable(config["bootstrap"]),
-        seed=config["seed"],
     log:
         f"{RESULTS}/logs/metrics/abstention_over_datasets.log",
     conda:
         GRABRAG_ENV
+    params:
+        code=library_code("metrics.py", "evaluate.py", "bootstrap.py"),
+        bootstrap=stable(config["bootstrap"]),
+        seed=config["seed"],
     script:
         "../workflow/scripts/abstention_over_datasets.py"
 
@@ -175,9 +175,11 @@ rule tables:
             )
             for name in TABLES
         },
-        other=[
-            f"{RESULTS}/tables/{name}.{suffix}" for name in TABLES for suffix in ("md", "tex")
-        ],
+        other=[f"{RESULTS}/tables/{name}.{suffix}" for name in TABLES for suffix in ("md", "tex")],
+    log:
+        f"{RESULTS}/logs/tables.log",
+    conda:
+        GRABRAG_ENV
     params:
         captions=TABLES,
         seed_sensitivity=stable(
@@ -195,10 +197,6 @@ rule tables:
             }
         ),
         code=library_code("tables.py"),
-    log:
-        f"{RESULTS}/logs/tables.log",
-    conda:
-        GRABRAG_ENV
     script:
         "../workflow/scripts/tables.py"
 
@@ -214,12 +212,12 @@ rule figure:
             category="Figures",
             labels={"figure": "{figure}"},
         ),
-    params:
-        fusion=lambda wildcards: fusion_settings() if wildcards.figure == "lambda_sweep" else {},
-        code=library_code("figures.py"),
     log:
         f"{RESULTS}/logs/figure/{{figure}}.log",
     conda:
         GRABRAG_ENV
+    params:
+        fusion=lambda wildcards: fusion_settings() if wildcards.figure == "lambda_sweep" else {},
+        code=library_code("figures.py"),
     script:
         "../workflow/scripts/figure.py"

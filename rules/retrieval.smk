@@ -7,14 +7,14 @@ rule embed_corpus:
         encoder=asset_manifest(config["retrieval"]["encoder"]),
     output:
         embeddings=f"{RESULTS}/retrieval/{{dataset}}/corpus_embeddings.npz",
-    params:
-        encoder=config["retrieval"]["encoder"],
-        batch_size=config["retrieval"]["batch_size"],
     log:
         f"{RESULTS}/logs/embed_corpus/{{dataset}}.log",
     conda:
         GRABRAG_ENV
     threads: workflow.cores
+    params:
+        encoder=config["retrieval"]["encoder"],
+        batch_size=config["retrieval"]["batch_size"],
     script:
         "../workflow/scripts/embed_corpus.py"
 
@@ -27,15 +27,15 @@ rule retrieve:
         encoder=asset_manifest(config["retrieval"]["encoder"]),
     output:
         ranking=f"{RESULTS}/retrieval/{{dataset}}/hard_negatives.jsonl",
-    params:
-        bm25_weight=config["retrieval"]["bm25_weight"],
-        dense_weight=config["retrieval"]["dense_weight"],
-        n_candidates=config["retrieval"]["n_candidates"],
-        n_hard_negatives=config["retrieval"]["n_hard_negatives"],
     log:
         f"{RESULTS}/logs/retrieve/{{dataset}}.log",
     conda:
         GRABRAG_ENV
     threads: workflow.cores
+    params:
+        bm25_weight=config["retrieval"]["bm25_weight"],
+        dense_weight=config["retrieval"]["dense_weight"],
+        n_candidates=config["retrieval"]["n_candidates"],
+        n_hard_negatives=config["retrieval"]["n_hard_negatives"],
     script:
         "../workflow/scripts/retrieve.py"
