@@ -38,3 +38,15 @@ rule all:
     default_target: True
     input:
         all_targets(),
+
+
+# profiles/default holds local defaults: one GPU job at a time (resources: gpu=1) and this
+# machine's CPUs (cores: all). Snakemake loads it as the workflow profile with
+# `--profile profiles/slurm` too, and a workflow profile wins key by key, so on a cluster
+# they would run the GPU jobs one after another and cap every job's threads (its
+# cpus_per_task) at the submitting host's CPUs. A cluster job gets its own allocation:
+# there, the GPU jobs are bounded only by `jobs` and the scheduler, and the threads come
+# from the rule and `set-threads`.
+if workflow.non_local_exec:
+    workflow.global_resources["gpu"] = None
+    workflow.global_resources["_cores"] = None

@@ -28,6 +28,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -261,7 +262,7 @@ def slurm_jobs(output: str) -> list[dict[str, str]]:
     """The SLURM jobs of one snakemake run (found by its run ID), as sacct reports them."""
     match = re.search(r"SLURM run ID: (\S+)", output)
     assert match, "no SLURM run ID in the snakemake output: was the slurm executor used?"
-    fields = ("JobIDRaw", "State", "AllocTRES", "Comment")
+    fields = ("JobIDRaw", "State", "AllocTRES", "Comment", "Start", "End")
     proc = subprocess.run(
         ["sacct", "-X", "-P", "--noheader", "-S", "now-1days", "-E", "now"]
         + ["--name", match.group(1), "-o", ",".join(fields)],
@@ -354,8 +355,22 @@ def test_tiny_config_on_slurm_equals_the_local_run(
         assert len(by_comment.get(f"rule_{rule}", [])) == count, (rule, by_comment.keys())
         for job in by_comment[f"rule_{rule}"]:
             assert tres(job).get("gres/gpu") == ("1" if rule in gpu else None), (rule, job)
-    for job in jobs:
-        assert 1 <= int(tres(job)["cpu"]) <= (os.cpu_count() or 1), job
+    # Each job's CPUs are its threads from the profile's set-threads, even above the
+    # submitting host's CPU count (the workflow profile's `cores: all` does not cap them).
+    threads = profile["set-threads"]
+    for rule in ("generate_context_prompts", "generate_closed_book", "nli"):
+        for job in by_comment[f"rule_{rule}"]:
+            assert int(tres(job)["cpu"]) == threads[rule], (rule, job)
+    assert threads["generate_context_prompts"] > (os.cpu_count() or 1)
+    # GPU jobs run side by side (the node has two GPUs), not one after another as the
+    # workflow profile's local `gpu=1` would make them.
+    spans = sorted(
+        (datetime.fromisoformat(job["Start"]), datetime.fromisoformat(job["End"]))
+        for rule in gpu
+        for job in by_comment.get(f"rule_{rule}", [])
+    )
+    overlapping = [(a, b) for a in spans for b in spans if a < b and b[0] < a[1]]
+    assert overlapping, f"no two GPU jobs overlapped in time: {spans}"
     # Grouped rules: one `prep` job per dataset, the small summary jobs 20 to a SLURM job.
     group_jobs = [job for job in jobs if job["Comment"].startswith("rule_prep")]
     assert len(group_jobs) == 1, by_comment.keys()  # one dataset

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bring up a real single-node SLURM "cluster" on this machine, as root, without systemd:
-# munged, MariaDB, slurmdbd (accounting, so `sacct` works), slurmctld and slurmd, with one
-# fake GPU registered through gres.conf (File=/dev/null).
+# munged, MariaDB, slurmdbd (accounting, so `sacct` works), slurmctld and slurmd, with two
+# fake GPUs registered through gres.conf (File=/dev/null and /dev/zero).
 #
 #   tests/slurm/slurm_up.sh BASE      # BASE: an empty folder for every state file and log
 #   tests/slurm/slurm_down.sh BASE    # stops exactly the daemons started here, by pid
@@ -9,8 +9,8 @@
 # Packages (Debian 12): apt-get install -y --no-install-recommends slurmctld slurmd
 #   slurm-client slurmdbd munge mariadb-server
 # Every daemon writes its pid under BASE; slurm_down.sh reads them back. The node declares
-# the CPUs and (a bit less than) the memory the machine really has, so a job that asks for
-# all cores still schedules. The config must be at /etc/slurm/slurm.conf (SLURM_CONF
+# 8 CPUs, 64 GB and 2 GPUs whatever the machine has (see NCPU below). The config must be at
+# /etc/slurm/slurm.conf (SLURM_CONF
 # elsewhere did not work for everything); files there are saved under BASE and restored by
 # slurm_down.sh. MariaDB listens on 127.0.0.1:33306 only (GRABRAG_SLURM_DB_PORT), not 3306.
 set -euo pipefail
@@ -19,9 +19,12 @@ BASE=${1:?usage: slurm_up.sh BASE}
 mkdir -p "$BASE"
 BASE=$(cd "$BASE" && pwd)
 NODE=$(hostname -s)
-NCPU=$(nproc)
-# RealMemory must not exceed what slurmd detects; keep 10% for the OS.
-MEM_MB=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
+# The node declares more CPUs and memory than the machine has (SlurmdParameters=
+# config_overrides), like a compute node bigger than the submitting host: jobs keep the
+# threads and memory the profile gives them, and two GPU jobs fit side by side. Nothing
+# enforces the allocation here (no cgroups), so the jobs share the real cores.
+NCPU=${GRABRAG_SLURM_CPUS:-8}
+MEM_MB=${GRABRAG_SLURM_MEM_MB:-65536}
 DB_SOCKET="$BASE/db/run/mysqld.sock"
 DB_PORT=${GRABRAG_SLURM_DB_PORT:-33306}
 MUNGE_SOCKET=/run/munge/munge.socket.2
@@ -150,11 +153,13 @@ JobAcctGatherFrequency=30
 AccountingStoreFlags=job_comment
 MinJobAge=300
 SchedulerParameters=sched_interval=5
+SlurmdParameters=config_overrides
 GresTypes=gpu
-NodeName=${NODE} NodeAddr=127.0.0.1 CPUs=${NCPU} RealMemory=${MEM_MB} Gres=gpu:1 State=UNKNOWN
+NodeName=${NODE} NodeAddr=127.0.0.1 CPUs=${NCPU} RealMemory=${MEM_MB} Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes=${NODE} Default=YES MaxTime=INFINITE State=UP
 CONF
-printf "# grabrag test cluster under %s\nNodeName=%s Name=gpu File=/dev/null Count=1\n" "$BASE" "$NODE" >/etc/slurm/gres.conf
+printf "# grabrag test cluster under %s\nNodeName=%s Name=gpu File=/dev/null\nNodeName=%s Name=gpu File=/dev/zero\n" \
+    "$BASE" "$NODE" "$NODE" >/etc/slurm/gres.conf
 
 log "starting slurmdbd"
 slurmdbd
@@ -171,7 +176,7 @@ wait_for 60 "node $NODE idle" node_idle
 sinfo -N -o '%N %T %c %m %G'
 
 # A smoke job with a GPU, checked through sacct (the executor plugin's status path).
-JOB=$(sbatch --parsable --gpus=1 -c "$NCPU" -t 1 -o /dev/null --wrap true)
+JOB=$(sbatch --parsable --gpus=2 -c "$NCPU" -t 1 -o /dev/null --wrap true)
 job_done() { sacct -n -X -j "$JOB" -o State | grep -q COMPLETED; }
 wait_for 60 "smoke job $JOB in sacct" job_done
 sacct -X -j "$JOB" --parsable2 -o JobIdRaw,Account,State,AllocTRES
