@@ -1,8 +1,9 @@
 """The tiny config through profiles/slurm on a real single-node SLURM.
 
 tests/slurm/slurm_up.sh starts munged, MariaDB, slurmdbd, slurmctld and slurmd (a node of
-8 CPUs and two fake GPUs in gres.conf) under a temporary folder; the job status goes through `sacct`, the executor
-plugin's default. The daemons are stopped by pid afterwards whether the tests passed or not.
+8 CPUs and two fake GPUs in gres.conf) under a temporary folder; the job status goes through
+`sacct`, the executor plugin's default. The daemons are stopped by pid afterwards whether the
+tests passed or not.
 Needs root; the Debian packages are installed by tests/slurm/install_packages.sh when missing.
 Where that cannot be done (no root, no apt-get) the tests say so in one line and skip, except
 under CI=true, where the skip is a failure: CI always runs them. The first test is also the
