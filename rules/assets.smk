@@ -1,4 +1,10 @@
 # Materialise one model, encoder or dataset named under `assets:` in the config.
+# A local rule: on a cluster it runs where snakemake runs (the login node, where the
+# network is), never as a job on a compute node, which often has no internet.
+
+
+localrules:
+    fetch_asset,
 
 
 rule fetch_asset:
