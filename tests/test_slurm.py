@@ -398,7 +398,7 @@ def test_failing_rule_on_slurm_is_reported_and_its_log_kept(
     # and the grouped qc_contexts job fail; nothing of the other dataset reruns.
     contexts = tmp_path / "results/contexts/squad/Q0.jsonl"
     lines = contexts.read_text().splitlines()
-    lines[1] = lines[1][:40]
+    lines[0] = lines[0][:40]
     contexts.write_text("\n".join(lines) + "\n")
     other = {k: v for k, v in _outputs(tmp_path).items() if "nq_bigbench" in k}
 
@@ -406,7 +406,7 @@ def test_failing_rule_on_slurm_is_reported_and_its_log_kept(
     proc = run_on_slurm(tmp_path, slurm_cluster, configfile=TINY)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, _tail(output)
-    assert "Q0.jsonl, line 2: not valid JSON" in output, _tail(output)
+    assert "Q0.jsonl, line 1: not valid JSON" in output, _tail(output)
     jobs = slurm_jobs(output)
     failed = {job["Comment"]: job for job in jobs if job["State"] == "FAILED"}
     cell = "rule_generate_context_prompts_wildcards_micro_squad_Q0"
