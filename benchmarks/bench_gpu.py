@@ -19,6 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
+import llama_cpp  # noqa: E402  (before numpy and torch: grabrag.generation.LLAMA_FIRST)
+
 from grabrag.generation import GenerationError, GenerationSettings, LlamaGenerator  # noqa: E402
 from grabrag.prompts import CONTEXT_PROMPTS, messages_for  # noqa: E402
 
@@ -73,8 +75,6 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=30)
     parser.add_argument("--threads", type=int, default=4)
     args = parser.parse_args()
-    import llama_cpp
-
     print(f"llama-cpp-python {llama_cpp.__version__}")
     print(f"GPU offload supported by this build: {bool(llama_cpp.llama_supports_gpu_offload())}")
     for layers in (-1, 0):

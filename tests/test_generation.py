@@ -24,6 +24,9 @@ from grabrag.prompts import GBNF_GRAMMAR, messages_for
 
 from .conftest import RESOURCES, snakemake
 
+# Modules that load numpy or torch: none may come before llama_cpp in a model script.
+BEFORE_LLAMA = ("numpy", "torch", "grabrag", "transformers", "sentence_transformers")
+
 VALID = '{"decision": "answer", "answer": "Denver Broncos", "confidence": 87, "reasoning": "p2"}'
 
 
@@ -296,3 +299,16 @@ def test_generator_checks_this_llama_cpp_build_before_loading(tmp_path: Path) ->
         LlamaGenerator(missing, settings, n_threads=1, n_gpu_layers=-1)
     with pytest.raises(GenerationError, match="does not exist"):
         LlamaGenerator(missing, settings, n_threads=1, n_gpu_layers=-1, allow_cpu=True)
+
+
+def test_model_scripts_import_llama_cpp_before_numpy_and_torch() -> None:
+    from grabrag.generation import MODEL_SCRIPTS
+
+    from .conftest import REPO
+
+    for name in MODEL_SCRIPTS:
+        lines = (REPO / "workflow/scripts" / f"{name}.py").read_text().splitlines()
+        imports = [line for line in lines if line.startswith(("import ", "from "))]
+        first = next(i for i, line in enumerate(imports) if line.startswith("import llama_cpp"))
+        earlier = [line for line in imports[:first] if "_grabrag_path" not in line]
+        assert not [line for line in earlier if any(m in line for m in BEFORE_LLAMA)], name

@@ -25,6 +25,21 @@ from .io import append_checkpoint_row, read_checkpoint_rows
 from .progress import Progress
 from .prompts import GBNF_GRAMMAR, messages_for
 
+# A process that loads a GGUF model imports llama_cpp before numpy and torch. On a CUDA
+# machine (an H200 with torch 2.11+cu130 and numpy 2.5 with its OpenBLAS), loading
+# llama.cpp's CUDA backend after either of them crashed with a segmentation fault at
+# model load; with llama_cpp imported first the same run worked. The model-calling rule
+# scripts (and benchmarks/bench_gpu.py) import it right after their path setup, and a
+# test keeps them that way.
+LLAMA_FIRST = "import llama_cpp before numpy and torch in a process that loads a model"
+MODEL_SCRIPTS = (
+    "generate",
+    "nli",
+    "evidential_evaluate",
+    "evidential_generate",
+    "cdd_generate",
+    "cdd_baselines",
+)
 PARSE_OK, PARSE_REPAIRED, PARSE_FAILED = "ok", "repaired", "failed"
 DECISIONS = ("answer", "abstain")
 # Closing sequences tried, in order, on an output cut off by max_tokens. They only ever

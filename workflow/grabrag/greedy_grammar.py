@@ -77,14 +77,22 @@ class ArgmaxFirstGrammar:
             data=self._one, size=1, selected=-1, sorted=False
         )
         iface = llama_cpp.llama_sampler_i()
+        # llama.cpp calls name() without a NULL check, e.g. when it logs why a chain cannot
+        # run on a GPU backend: a NULL name crashed GPU-offloaded runs. The name lives in a
+        # buffer this object holds, and the callback returns its address.
+        self._name = ctypes.create_string_buffer(b"grabrag-argmax-first-grammar")
+        name = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(
+            lambda _sampler: ctypes.addressof(self._name)
+        )
         # Keep the callbacks referenced: ctypes frees a callback that nothing holds.
         self._callbacks = (
             llama_cpp.llama_sampler_i_apply(self._apply),
             llama_cpp.llama_sampler_i_accept(self._accept),
             llama_cpp.llama_sampler_i_reset(self._reset),
+            name,
         )
-        iface.apply, iface.accept, iface.reset = self._callbacks
-        iface.name = llama_cpp.llama_sampler_i_name(0)
+        iface.apply, iface.accept, iface.reset = self._callbacks[:3]
+        iface.name = ctypes.cast(name, llama_cpp.llama_sampler_i_name)
         iface.clone = llama_cpp.llama_sampler_i_clone(0)
         iface.free = llama_cpp.llama_sampler_i_free(0)
         self._iface = iface

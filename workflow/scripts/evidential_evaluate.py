@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+import llama_cpp  # noqa: F401  (first: see grabrag.generation.LLAMA_FIRST)
 
 from grabrag.assets import resolve
 from grabrag.evidential_runs import (

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+import llama_cpp  # noqa: F401  (first: see grabrag.generation.LLAMA_FIRST)
 
 from grabrag.assets import resolve
 from grabrag.generation import LlamaGenerator, run_cells, settings_from

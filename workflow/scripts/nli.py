@@ -1,6 +1,7 @@
 """Rule nli: verifier labels for every passage of the questions P4 can reach."""
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+import llama_cpp  # noqa: F401  (first: see grabrag.generation.LLAMA_FIRST)
 
 from grabrag.assets import resolve
 from grabrag.io import read_jsonl, write_jsonl
