@@ -1,4 +1,4 @@
-"""Time every metric and bootstrap CI of a paper-sized config (issue: metrics).
+"""Time every metric and bootstrap CI of a paper-sized config.
 
 Synthetic decision and context rows of the paper's size: 3 models x 2 datasets x 5 (or 13)
 policies x 4 conditions (Q100, Q50, Q0, QC), 500 questions per dataset, 202 and 330

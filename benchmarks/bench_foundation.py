@@ -1,4 +1,4 @@
-"""Time the data + retrieval + contexts stages (issue: workflow foundation).
+"""Time the data + retrieval + contexts stages.
 
 Runs the real workflow twice in fresh working directories, with the shared
 ``resources/`` (so first-time downloads are excluded):

@@ -1,4 +1,4 @@
-"""Generation speed (issue: LLM generation), measured side by side in one process.
+"""Generation speed, measured side by side in one process.
 
 1. Prefix reuse: P0, P1 and P2 of a question back to back (what a generation job does)
    versus three separate passes over the questions, one per prompt. Target: >= 1.5x.

@@ -1,4 +1,4 @@
-# Stage 6b: EvidentialRAG as the EVID and EVID_CB policies (issue 8; EvidentialRAG sections
+# Stage 6b: EvidentialRAG as the EVID and EVID_CB policies (EvidentialRAG sections
 # 3, 4.3-4.4, 5.7-5.9). An evaluator pass judges each passage (k calls per question), the
 # judgements are fused into masses and routed, and the generator makes one call per
 # question and variant; the policy rule (rules/policies.smk) turns those rows into

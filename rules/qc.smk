@@ -71,7 +71,7 @@ rule qc_contexts:
         "../workflow/scripts/qc_contexts.py"
 
 
-# QX (inter-context conflict, issue 8): the original gold passage and its swapped twin
+# QX (inter-context conflict): the original gold passage and its swapped twin
 # together among hard negatives, for exactly the questions of QC.
 rule qx_contexts:
     input:

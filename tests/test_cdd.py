@@ -1,4 +1,4 @@
-"""CDD (issue 9): step grammars and parsing, the pipeline with a scripted completer,
+"""CDD: step grammars and parsing, the pipeline with a scripted completer,
 the CDD-alpha gate, the prompt-only baselines and the trace diagnostics. No model runs
 here: the completer is a script, which tests the pipeline logic only."""
 

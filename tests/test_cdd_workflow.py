@@ -1,5 +1,5 @@
 """Integration tests of CDD, CDD-alpha, the prompt-only baselines and the CDD diagnostics:
-the real workflow on the tiny config (issue 9)."""
+the real workflow on the tiny config."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Context-Driven Decomposition (CDD), its contradiction gate (CDD-alpha), prompt-only
 baselines and trace diagnostics (Chen et al., "Does RAG Know When Retrieval Is Wrong?
-Diagnosing Context Compliance under Knowledge Conflict", arXiv:2605.14473; issue 9).
+Diagnosing Context Compliance under Knowledge Conflict", arXiv:2605.14473).
 
 The method
 ----------

@@ -1,4 +1,4 @@
-"""CDD in the workflow (issue 9): the per-question generation loop with its ablations and
+"""CDD in the workflow: the per-question generation loop with its ablations and
 trace perturbations, the decision rows of the CDD-family policies, and the diagnostics.
 
 :mod:`grabrag.cdd` holds the method (steps, prompts, grammars, parsing, gate, baselines,

@@ -597,7 +597,7 @@ def _block(
             _NO_PAIR,
         )
 
-    # QX vs QC on the questions present in both (issue 8's inter-context conflict).
+    # QX vs QC on the questions present in both (the inter-context conflict).
     if "QC" in cells and "QX" in cells:
         pair = cells["QC"].present * cells["QX"].present
         cols["pairx"] = pair

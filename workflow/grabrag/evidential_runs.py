@@ -1,5 +1,5 @@
 """EvidentialRAG in the workflow: the evaluator and generator loops, their stored rows, the
-lambda / tau sweep tables and the efficiency summary (issue 8).
+lambda / tau sweep tables and the efficiency summary.
 
 :mod:`grabrag.evidential` holds the method (masses, fusion, evaluator contract, routing);
 this module runs it over context rows and turns stored outputs into tables. The LLM is

@@ -86,7 +86,7 @@ def answer_rate(rows: Sequence[dict], qids: set[str] | None = None) -> tuple[int
 # * Zero-size cases return a NaN :class:`Value` whose ``reason`` says why, never 0.
 
 SHOULD_ANSWER = ("Q100", "Q50")
-# QX (gold passage + swapped twin, issue 8) is should-abstain too: the sources disagree,
+# QX (gold passage + swapped twin) is should-abstain too: the sources disagree,
 # so a definitive single answer is a failure.
 SHOULD_ABSTAIN = ("Q0", "QC", "QX")
 ANSWER, ABSTAIN = "answer", "abstain"

@@ -68,8 +68,8 @@ NLI row); a missing one is a DataError naming the qids and the kind of file.
   generator was told to abstain, so its output (parsed or not) does not change the
   decision.
 
-* CDD, CDD_ALPHA and the prompt-only baselines CAI, SHAM, REFLECT, FILTER (issue 9,
-  :mod:`grabrag.cdd_runs`): CDD takes its full run's step-5 decision, answer and
+* CDD, CDD_ALPHA and the prompt-only baselines CAI, SHAM, REFLECT, FILTER
+  (:mod:`grabrag.cdd_runs`): CDD takes its full run's step-5 decision, answer and
   confidence (rule ``cdd_resolved``; ``parse_failed`` when step 5 could not be parsed);
   CDD_ALPHA takes the CDD row for a question its contradiction gate routes (step-1 vs
   parametric answer: the stored model judgement, or the lexical score) and the P1
@@ -89,7 +89,7 @@ from .metrics import token_f1
 
 POLICIES = ("P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB", *cdd_runs.FAMILY)
 EVIDENTIAL = ("EVID", "EVID_CB")
-# CDD, CDD-alpha and the prompt-only baselines (issue 9): see grabrag.cdd_runs.
+# CDD, CDD-alpha and the prompt-only baselines: see grabrag.cdd_runs.
 CDD, CDD_ALPHA = cdd_runs.CDD, cdd_runs.CDD_ALPHA
 CDD_BASELINES = cdd_runs.BASELINE_POLICIES
 SINGLE_PASS = ("P0", "P1", "P2")

@@ -874,7 +874,7 @@ def write_table(table: pd.DataFrame, stem: str | Path, caption: str) -> list[Pat
     return paths
 
 
-# --- CDD, CDD-alpha and the prompt-only baselines (issue 9) -------------------------------
+# --- CDD, CDD-alpha and the prompt-only baselines -------------------------------
 
 CDD_POLICIES = ("P1", "CDD", "CDD_ALPHA", "CAI", "SHAM", "REFLECT", "FILTER")
 """The policies of the CDD tables: Standard RAG (P1) for reference, then the CDD family."""
