@@ -155,3 +155,29 @@ def test_answer_lost_to_the_cap_is_flagged(counter) -> None:
     assert rows["Q100"][0]["truncated"] and not rows["Q100"][0]["answer_in_context"]
     assert report["truncated_contexts_without_answer"]["Q100"] == 1
     assert report["truncated_contexts_without_answer"]["Q0"] == 0
+
+
+def test_raw_tokenizer_counts_and_cuts_as_the_transformers_one(encoder_dir) -> None:
+    """The context stage reads tokenizer.json with the `tokenizers` library; it must give
+    the transformers fast tokenizer's counts and cut points on real passages."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from grabrag.assets import resolve
+    from grabrag.contexts import TokenCounter
+
+    from .conftest import RESOURCES
+
+    squad = resolve(RESOURCES / "squad-v1.1-dev" / "manifest.json")
+    data = json.loads(squad.read_text())["data"]
+    texts = [p["context"] for article in data[:6] for p in article["paragraphs"]]
+    texts += ["", "Ünïcödé — “quotes” and 1,234.5 numbers", "word " * 700]
+    raw = load_token_counter(str(encoder_dir))
+    wrapped = TokenCounter(AutoTokenizer.from_pretrained(str(encoder_dir), local_files_only=True))
+    assert type(raw.tokenizer).__name__ == "_RawFastTokenizer"
+    assert len(texts) > 200
+    for text in texts:
+        assert raw.count(text) == wrapped.count(text)
+        for budget in (0, 1, 37, 150, 600):
+            assert raw.truncate(text, budget) == wrapped.truncate(text, budget)
