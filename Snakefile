@@ -46,7 +46,9 @@ rule all:
 # they would run the GPU jobs one after another and cap every job's threads (its
 # cpus_per_task) at the submitting host's CPUs. A cluster job gets its own allocation:
 # there, the GPU jobs are bounded only by `jobs` and the scheduler, and the threads come
-# from the rule and `set-threads`.
-if workflow.non_local_exec:
+# from the rule and `set-threads`. The executor is not known yet while this file is read;
+# `jobs` (workflow.nodes) is set for cluster and cloud runs only, and the jobs running on
+# the cluster's nodes (remote mode) keep their own limits.
+if workflow.nodes is not None and not workflow.remote_exec:
     workflow.global_resources["gpu"] = None
     workflow.global_resources["_cores"] = None
