@@ -1,7 +1,7 @@
 """The tiny config through profiles/slurm on a real single-node SLURM.
 
 tests/slurm/slurm_up.sh starts munged, MariaDB, slurmdbd, slurmctld and slurmd (a node of
-8 CPUs and two fake GPUs in gres.conf) under a temporary folder; the job status goes through
+16 CPUs and two fake GPUs in gres.conf) under a temporary folder; the job status goes through
 `sacct`, the executor plugin's default. The daemons are stopped by pid afterwards whether the
 tests passed or not.
 Needs root; the Debian packages are installed by tests/slurm/install_packages.sh when missing.

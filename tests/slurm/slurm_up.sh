@@ -9,7 +9,7 @@
 # Packages (Debian 12): apt-get install -y --no-install-recommends slurmctld slurmd
 #   slurm-client slurmdbd munge mariadb-server
 # Every daemon writes its pid under BASE; slurm_down.sh reads them back. The node declares
-# 8 CPUs, 64 GB and 2 GPUs whatever the machine has (see NCPU below). The config must be at
+# 16 CPUs, 64 GB and 2 GPUs whatever the machine has (see NCPU below). The config must be at
 # /etc/slurm/slurm.conf (SLURM_CONF
 # elsewhere did not work for everything); files there are saved under BASE and restored by
 # slurm_down.sh. MariaDB listens on 127.0.0.1:33306 only (GRABRAG_SLURM_DB_PORT), not 3306.
@@ -23,7 +23,7 @@ NODE=$(hostname -s)
 # config_overrides), like a compute node bigger than the submitting host: jobs keep the
 # threads and memory the profile gives them, and two GPU jobs fit side by side. Nothing
 # enforces the allocation here (no cgroups), so the jobs share the real cores.
-NCPU=${GRABRAG_SLURM_CPUS:-8}
+NCPU=${GRABRAG_SLURM_CPUS:-16}
 MEM_MB=${GRABRAG_SLURM_MEM_MB:-65536}
 DB_SOCKET="$BASE/db/run/mysqld.sock"
 DB_PORT=${GRABRAG_SLURM_DB_PORT:-33306}
