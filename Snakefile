@@ -46,9 +46,14 @@ rule all:
 # they would run the GPU jobs one after another and cap every job's threads (its
 # cpus_per_task) at the submitting host's CPUs. A cluster job gets its own allocation:
 # there, the GPU jobs are bounded only by `jobs` and the scheduler, and the threads come
-# from the rule and `set-threads`. The executor is not known yet while this file is read;
-# `jobs` (workflow.nodes) is set for cluster and cloud runs only, and the jobs running on
-# the cluster's nodes (remote mode) keep their own limits.
+# from the rule and `set-threads`. The largest `set-threads` value (or this host's CPUs,
+# if more) stays the cap, because a group job asks for the sum of a layer's threads and
+# 20 one-thread policy jobs must not ask for 20 CPUs. The executor is not known yet while
+# this file is read; `jobs` (workflow.nodes) is set for cluster and cloud runs only, and
+# the jobs running on the cluster's nodes (remote mode) keep their own limits.
 if workflow.nodes is not None and not workflow.remote_exec:
     workflow.global_resources["gpu"] = None
-    workflow.global_resources["_cores"] = None
+    _set_threads = (workflow.resource_settings.overwrite_threads or {}).values()
+    workflow.global_resources["_cores"] = max(
+        [workflow.cores, *(getattr(t, "value", t) for t in _set_threads)]
+    )
