@@ -41,7 +41,7 @@ def dry_run(configfile: Path) -> tuple[float, int]:
         started = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile")]
-            + ["--directory", workdir, "--configfile", str(configfile), "-n", "--quiet"],
+            + ["--directory", workdir, "--configfile", str(configfile), "-n"],
             capture_output=True,
             text=True,
         )
