@@ -1140,37 +1140,30 @@ def table_audit_quality(
     if len(frames) > 1:
         scopes.append(("Total", pooled))
     rows = []
+
+    def share_row(section: str, dataset: str, category: str, flags: np.ndarray) -> None:
+        share, low, high = _bootstrap_share(flags, n_resamples, level, rng)
+        rows.append(
+            {
+                "Section": section,
+                "Dataset": dataset,
+                "Category": category,
+                "n": int(flags.sum()),
+                "of": len(flags),
+                "%": pct(share),
+                "95% CI": pct_ci(share, low, high).split(" ", 1)[-1],
+            }
+        )
+
     for dataset, frame in scopes:
         for quality in QUALITY_ORDER:
             flags = (frame["quality"] == quality).to_numpy(dtype=float)
-            share, low, high = _bootstrap_share(flags, n_resamples, level, rng)
-            rows.append(
-                {
-                    "Section": "quality tier",
-                    "Dataset": dataset,
-                    "Category": quality,
-                    "n": int(flags.sum()),
-                    "of": len(flags),
-                    "%": pct(share),
-                    "95% CI": pct_ci(share, low, high).split(" ", 1)[-1],
-                }
-            )
+            share_row("quality tier", dataset, quality, flags)
     for dataset, frame in scopes:
         for kind in sorted(set(frame["entity_type"].astype(str))):
             part = frame[frame["entity_type"].astype(str) == kind]
             flags = (part["quality"] == "broken").to_numpy(dtype=float)
-            share, low, high = _bootstrap_share(flags, n_resamples, level, rng)
-            rows.append(
-                {
-                    "Section": "broken rate by type",
-                    "Dataset": dataset,
-                    "Category": kind,
-                    "n": int(flags.sum()),
-                    "of": len(flags),
-                    "%": pct(share),
-                    "95% CI": pct_ci(share, low, high).split(" ", 1)[-1],
-                }
-            )
+            share_row("broken rate by type", dataset, kind, flags)
     columns = ["Section", "Dataset", "Category", "n", "of", "%", "95% CI"]
     return pd.DataFrame(rows, columns=columns)
 
