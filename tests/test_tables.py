@@ -9,6 +9,9 @@ from grabrag.errors import DataError
 from grabrag.tables import (
     audit_hwsa_rows,
     table_audit,
+    table_fac,
+    table_hwsa,
+    table_qc_sources,
     table_seed_sensitivity,
     write_table,
 )
@@ -29,37 +32,34 @@ def test_seed_sensitivity_compares_answer_rates_of_each_seeds_own_cells() -> Non
     base = _metrics("nq", {("P1", "Q0"): (0.05, 500), ("P1", "QC"): (0.8267, 202)})
     variant = _metrics("nq_seed43", {("P1", "Q0"): (0.066, 500), ("P1", "QC"): (0.82, 200)})
     table = table_seed_sensitivity(base, variant, "m", "nq", 42, 43)
+    # The paper's columns (two decimals, as its Table 13); model, dataset and the
+    # denominators go into the note.
     assert table.to_dict("records") == [
         {
-            "model": "m",
-            "dataset": "nq",
             "policy": "P1",
             "condition": "Q0",
-            "seed 42": "5.0",
-            "n (seed 42)": 500,
-            "seed 43": "6.6",
-            "n (seed 43)": 500,
+            "seed 42": "5.00",
+            "seed 43": "6.60",
             "|delta| (pp)": "1.60",
         },
         {
-            "model": "m",
-            "dataset": "nq",
             "policy": "P1",
             "condition": "QC",
-            "seed 42": "82.7",
-            "n (seed 42)": 202,
-            "seed 43": "82.0",
-            "n (seed 43)": 200,
+            "seed 42": "82.67",
+            "seed 43": "82.00",
             "|delta| (pp)": "0.67",
         },
     ]
+    assert table.attrs["note"] == (
+        "m on nq; questions per cell, seed 42: Q0 500, QC 202; seed 43: Q0 500, QC 200."
+    )
 
 
 def test_seed_sensitivity_missing_cell_is_not_a_number() -> None:
     base = _metrics("nq", {("P1", "Q0"): (0.05, 500)})
     variant = _metrics("nq_seed43", {("P1", "Q0"): (0.066, 500), ("P1", "QC"): (0.82, 200)})
     qc = table_seed_sensitivity(base, variant, "m", "nq", 42, 43).iloc[1]
-    assert (qc["seed 42"], qc["n (seed 42)"], qc["|delta| (pp)"]) == ("n/a", 0, "n/a")
+    assert (qc["seed 42"], qc["|delta| (pp)"]) == ("n/a", "n/a")
 
 
 # --- QX and EvidentialRAG tables ------------------------------------------------------------
@@ -304,7 +304,8 @@ def test_audit_hwsa_rows_and_table_6() -> None:
     assert not bool(p3.sign_preserved)
 
     table = table_audit(frame)
-    assert list(table["Policy"]) == ["P1", "P3", ""]
+    assert list(table["Policy"]) == ["P1", "P3", "", ""]
+    # The paper's columns only: the deltas stay in audit_hwsa_rows' tidy frame.
     assert table.iloc[0].to_dict() == {
         "Model": "m",
         "Dataset": "nq",
@@ -314,25 +315,27 @@ def test_audit_hwsa_rows_and_table_6() -> None:
         "n (F+B)": 2,
         "HwSA@QC (F+B)": "50.0",
         "Shift (pp)": "-25.0",
-        "QC-Q0 (all, pp)": "+50.0",
-        "QC-Q0 (F+B, pp)": "+50.0",
-        "Sign preserved": "yes",
     }
-    macro = table.iloc[-1]
+    macro, signs = table.iloc[-2], table.iloc[-1]
     # mean HwSA@QC: (75 + 25) / 2 = 50.0 (all), (50 + 0) / 2 = 25.0 (F+B); shift -25.0
     assert (macro["Model"], macro["HwSA@QC (all)"], macro["HwSA@QC (F+B)"]) == (
-        "Macro avg (P0-P4)",
+        "Macro avg",
         "50.0",
         "25.0",
     )
-    assert macro["Shift (pp)"] == "-25.0" and macro["Sign preserved"] == "1 of 2"
-    # Another policy gets its row but does not enter the paper's macro average.
+    assert macro["Shift (pp)"] == "-25.0"
+    assert signs["Model"] == "1 of 2 delta signs preserved." and signs["Shift (pp)"] == ""
+    # Another policy gets its row but does not enter the paper's macro average, which
+    # then says whose average it is.
     decisions = _audit_decisions()
     decisions[("m", "CDD", "QC")] = [_decision(f"q{k}", "abstain") for k in range(1, 5)]
     with_cdd = table_audit(audit_hwsa_rows("nq", decisions, ratings, ["q1", "q2", "q3", "q4"]))
-    assert list(with_cdd["Policy"]) == ["P1", "P3", "CDD", ""]
-    assert with_cdd.iloc[-1].to_dict() == macro.to_dict()
-    assert with_cdd.iloc[2]["QC-Q0 (all, pp)"] == "n/a"  # no Q0 cell for CDD here
+    assert list(with_cdd["Policy"]) == ["P1", "P3", "CDD", "", ""]
+    assert with_cdd.iloc[-2].to_dict() == {**macro.to_dict(), "Model": "Macro avg (P0-P4)"}
+    assert with_cdd.iloc[-1].to_dict() == signs.to_dict()
+    # every delta sign preserved reads as the paper's sentence
+    kept = frame[frame["policy"] == "P1"]
+    assert table_audit(kept).iloc[-1]["Model"] == "All 1 delta signs preserved."
 
 
 def test_audit_rows_reject_qids_that_are_not_qc_eligible() -> None:
@@ -488,3 +491,82 @@ def test_section6_aggregates() -> None:
     assert got[("normalised HwSA@QC", "qwen", "")] == "50.0"
     assert got[("Q100 EM gap, QC-eligible - excluded", "all", "nq")] == "+20.0"
     assert got[("QC - Q0 HwSA delta", "all", "all")] == "+40.0"
+
+
+# --- the paper's tables have the paper's columns -------------------------------------
+
+
+def _cell_metrics() -> pd.DataFrame:
+    rows = []
+    for dataset, n_qc, n_capable in (("nq", 202, 150), ("hotpotqa", 330, 200)):
+        for policy in ("P0", "P1"):
+            rows += [
+                ("m", dataset, policy, "Q0", "hwsa", 0.01, 0.0, 0.02, n_qc),
+                ("m", dataset, policy, "QC", "hwsa", 0.8, 0.7, 0.9, n_qc),
+                ("m", dataset, policy, "QC-Q0", "hwsa_diff", 0.79, 0.7, 0.88, n_qc),
+                ("m", dataset, policy, "Q100", "fac", 0.1, 0.05, 0.15, n_capable),
+                ("m", dataset, policy, "Q50", "fac", 0.2, 0.1, 0.3, n_capable),
+                ("m", dataset, policy, "Q100", "answer_rate", 0.9, 0.85, 0.95, 500),
+                ("m", dataset, policy, "Q50", "answer_rate", 0.8, 0.75, 0.85, 500),
+                ("m", dataset, policy, "QC", "answer_rate", 0.8, 0.7, 0.9, n_qc),
+                ("m", dataset, policy, "QC", "qc_answered", 10, 10, 10, n_qc),
+                ("m", dataset, policy, "QC", "qc_echo", 6, 6, 6, n_qc),
+                ("m", dataset, policy, "QC", "qc_override", 1, 1, 1, n_qc),
+                ("m", dataset, policy, "QC", "qc_hallucination", 3, 3, 3, n_qc),
+            ]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def test_table1_has_the_papers_columns_and_its_n_in_the_note() -> None:
+    table = table_hwsa(_cell_metrics(), with_ci=False)
+    assert list(table.columns) == [
+        "model",
+        "dataset",
+        "policy",
+        "HwSA_Q0",
+        "HwSA_QC",
+        "Delta [95% CI]",
+    ]
+    assert table.attrs["note"] == "n = QC-eligible questions: 330 (hotpotqa), 202 (nq)."
+    # Table 7 keeps its n column, as the paper's
+    assert "n" in table_hwsa(_cell_metrics(), with_ci=True).columns
+
+
+def test_table8_has_no_capable_set_column_but_names_its_sizes() -> None:
+    table = table_fac(_cell_metrics())
+    assert list(table.columns) == [
+        "model",
+        "dataset",
+        "policy",
+        "FAC(Q100)",
+        "FAC(Q50)",
+        "Ans(Q100)",
+        "Ans(Q50)",
+    ]
+    assert table.attrs["note"] == (
+        "Capable-set sizes (FAC at Q100): 200 (m, hotpotqa), 150 (m, nq)."
+    )
+
+
+def test_tables_3_and_9_order_sources_as_the_paper() -> None:
+    pooled = table_qc_sources(_cell_metrics(), per_cell=False)
+    assert list(pooled.columns) == ["model", "Ans.", "Echo", "Halluc.", "Correct"]
+    assert pooled.iloc[-1].to_dict() == {
+        "model": "All",
+        "Ans.": 40,
+        "Echo": "60.0",
+        "Halluc.": "30.0",
+        "Correct": "10.0",
+    }
+    per_cell = table_qc_sources(_cell_metrics(), per_cell=True)
+    assert list(per_cell.columns)[3:] == ["n", "Ans %", "Correct %", "Echoed %", "Halluc %"]
+
+
+def test_write_table_prints_the_note_after_the_caption(tmp_path) -> None:
+    from grabrag.tables import with_note
+
+    table = with_note(pd.DataFrame({"policy": ["P1"]}), "n = 5.")
+    csv_path, md_path, tex_path = write_table(table, tmp_path / "t", "Table 1: x.")
+    assert md_path.read_text().startswith("Table 1: x. n = 5.\n")
+    assert "Table 1: x. n = 5." in tex_path.read_text()
+    assert csv_path.read_text() == "policy\nP1\n"

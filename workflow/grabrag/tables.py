@@ -2,7 +2,10 @@
 condition x metric with its bootstrap CI), written as CSV + Markdown + LaTeX.
 
 Numbers are percentages with one decimal, as in the paper; CIs are "[low, high]". The
-CSV keeps the same formatted cells, so the three files show one table.
+CSV keeps the same formatted cells, so the three files show one table. A table named after
+one of the paper's has the paper's columns and no others; what the paper gives in a
+caption (the questions behind each rate, say) goes into the table's note
+(``with_note``), which follows the caption.
 """
 
 from __future__ import annotations
@@ -70,10 +73,27 @@ def _value(row: Any) -> float:
     return float("nan") if row is None else float(row.value)
 
 
+def with_note(table: pd.DataFrame, note: str) -> pd.DataFrame:
+    """Attach the sentence that ``write_table`` prints after the table's caption."""
+    table.attrs["note"] = note
+    return table
+
+
+def _sizes_note(label: str, sizes: Mapping[str, set[int]]) -> str:
+    """ "<label>: 202 (nq), 330 (hotpotqa)." from the sizes seen per group; a group whose
+    cells differ shows its range."""
+    parts = []
+    for group, values in sizes.items():
+        low, high = min(values), max(values)
+        parts.append(f"{low} ({group})" if low == high else f"{low}-{high} ({group})")
+    return f"{label}: {', '.join(parts)}." if parts else ""
+
+
 def table_hwsa(metrics: pd.DataFrame, with_ci: bool) -> pd.DataFrame:
     """Table 1 (with_ci False) and Table 7: HwSA at Q0 vs QC on paired QC-eligible questions."""
     get = _lookup(metrics)
     out = []
+    sizes: dict[str, set[int]] = {}
     for model, dataset in _cells(metrics):
         for policy in _policies(metrics):
             q0, qc = (
@@ -81,20 +101,20 @@ def table_hwsa(metrics: pd.DataFrame, with_ci: bool) -> pd.DataFrame:
                 get(model, dataset, policy, "QC", "hwsa"),
             )
             diff = get(model, dataset, policy, "QC-Q0", "hwsa_diff")
-            row = {
-                "model": model,
-                "dataset": dataset,
-                "policy": policy,
-                "n": int(qc.n) if qc is not None else 0,
-            }
+            row = {"model": model, "dataset": dataset, "policy": policy}
+            n = int(qc.n) if qc is not None else 0
+            sizes.setdefault(dataset, set()).add(n)
             if with_ci:
+                # Table 7 has the n column (the paper prints it once per dataset block).
+                row["n"] = n
                 row["HwSA(Q0) [95% CI]"] = pct_ci(*_triple(q0))
                 row["HwSA(QC) [95% CI]"] = pct_ci(*_triple(qc))
             else:
                 row["HwSA_Q0"], row["HwSA_QC"] = pct(_value(q0)), pct(_value(qc))
             row["Delta [95% CI]"] = pct_ci(*_triple(diff), signed=True)
             out.append(row)
-    return pd.DataFrame(out)
+    table = pd.DataFrame(out)
+    return table if with_ci else with_note(table, _sizes_note("n = QC-eligible questions", sizes))
 
 
 def _triple(row: Any) -> tuple[float, float, float]:
@@ -142,15 +162,16 @@ def table_fac(metrics: pd.DataFrame) -> pd.DataFrame:
     """Table 8: FAC and answer rates per cell with CIs."""
     get = _lookup(metrics)
     rows = []
+    sizes: dict[str, set[int]] = {}
     for model, dataset in _cells(metrics):
         for policy in _policies(metrics):
             fac = get(model, dataset, policy, "Q100", "fac")
+            sizes.setdefault(f"{model}, {dataset}", set()).add(int(fac.n) if fac else 0)
             rows.append(
                 {
                     "model": model,
                     "dataset": dataset,
                     "policy": policy,
-                    "n capable": int(fac.n) if fac is not None else 0,
                     "FAC(Q100)": pct_ci(*_triple(fac)),
                     "FAC(Q50)": pct_ci(*_triple(get(model, dataset, policy, "Q50", "fac"))),
                     "Ans(Q100)": pct_ci(
@@ -159,7 +180,8 @@ def table_fac(metrics: pd.DataFrame) -> pd.DataFrame:
                     "Ans(Q50)": pct_ci(*_triple(get(model, dataset, policy, "Q50", "answer_rate"))),
                 }
             )
-    return pd.DataFrame(rows)
+    # FAC's denominator, the P1-anchored capable set, is one size per model x dataset.
+    return with_note(pd.DataFrame(rows), _sizes_note("Capable-set sizes (FAC at Q100)", sizes))
 
 
 def table_qc_sources(metrics: pd.DataFrame, per_cell: bool) -> pd.DataFrame:
@@ -186,11 +208,18 @@ def table_qc_sources(metrics: pd.DataFrame, per_cell: bool) -> pd.DataFrame:
             row["Ans %"] = pct(_value(hwsa))
         else:
             row["Ans."] = int(answered)
-        for label, metric in (
-            ("Correct %", "qc_override"),
-            ("Echoed %", "qc_echo"),
-            ("Halluc. %", "qc_hallucination"),
-        ):
+        # The paper's orders and names: Table 9 "Correct %, Echoed %, Halluc %",
+        # Table 3 "Echo, Halluc., Correct" (both percentages of the answered rows).
+        labels = (
+            (
+                ("Correct %", "qc_override"),
+                ("Echoed %", "qc_echo"),
+                ("Halluc %", "qc_hallucination"),
+            )
+            if per_cell
+            else (("Echo", "qc_echo"), ("Halluc.", "qc_hallucination"), ("Correct", "qc_override"))
+        )
+        for label, metric in labels:
             row[label] = pct(float(sums.get(metric, 0.0)) / answered) if answered else "n/a"
         rows.append(row)
     return pd.DataFrame(rows)
@@ -212,6 +241,7 @@ def table_ece(metrics: pd.DataFrame, metric: str = "ece") -> pd.DataFrame:
     ]
     wide = chosen.pivot_table(index="policy", columns="condition", values="value", aggfunc="mean")
     wide = wide[[c for c in ("Q100", "Q50", "Q0", "QC") if c in wide.columns]]
+    wide = wide.loc[sorted(wide.index, key=policy_sort_key)]
     return wide.round(3).reset_index()
 
 
@@ -268,34 +298,48 @@ def table_seed_sensitivity(
     base_seed: int,
     variant_seed: int,
 ) -> pd.DataFrame:
-    """Table 13: HwSA at Q0 and QC per policy under two construction seeds, and |delta|.
+    """Table 13: HwSA at Q0 and QC per policy under two construction seeds, and |delta|,
+    with two decimals as in the paper.
 
     As in the paper (Appendix G), each rate is the answer rate over that seed's own cell:
     Q0 over every question, QC over the questions QC-eligible under that seed (so the QC
-    denominators may differ); |delta| is in percentage points.
+    denominators may differ); |delta| is in percentage points. The model, the dataset and
+    the denominators go into the note, as the paper gives them in its text.
     """
     get_base, get_variant = _lookup(base), _lookup(variant)
     variant_name = str(variant["dataset"].iloc[0]) if len(variant) else dataset
     out = []
+    sizes: dict[tuple[int, str], set[int]] = {}
     for policy in _policies(variant):
         for condition in ("Q0", "QC"):
             first = get_base(model, dataset, policy, condition, "answer_rate")
             second = get_variant(model, variant_name, policy, condition, "answer_rate")
+            for seed, row in ((base_seed, first), (variant_seed, second)):
+                sizes.setdefault((seed, condition), set()).add(int(row.n) if row else 0)
             a, b = _value(first), _value(second)
             out.append(
                 {
-                    "model": model,
-                    "dataset": dataset,
                     "policy": policy,
                     "condition": condition,
-                    f"seed {base_seed}": pct(a),
-                    f"n (seed {base_seed})": int(first.n) if first is not None else 0,
-                    f"seed {variant_seed}": pct(b),
-                    f"n (seed {variant_seed})": int(second.n) if second is not None else 0,
+                    f"seed {base_seed}": _pct2(a),
+                    f"seed {variant_seed}": _pct2(b),
                     "|delta| (pp)": "n/a" if math.isnan(a - b) else f"{100 * abs(a - b):.2f}",
                 }
             )
-    return pd.DataFrame(out)
+    counts = "; ".join(
+        f"seed {seed}: "
+        + ", ".join(
+            f"{condition} {'-'.join(map(str, sorted({min(ns), max(ns)})))}"
+            for (s, condition), ns in sizes.items()
+            if s == seed
+        )
+        for seed in (base_seed, variant_seed)
+    )
+    return with_note(pd.DataFrame(out), f"{model} on {dataset}; questions per cell, {counts}.")
+
+
+def _pct2(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{100 * value:.2f}"
 
 
 AUDIT_COLUMNS = (
@@ -377,14 +421,26 @@ def _pp(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{100 * value:+.1f}"
 
 
+TABLE6_COLUMNS = (
+    "Model",
+    "Dataset",
+    "Policy",
+    "n (all)",
+    "HwSA@QC (all)",
+    "n (F+B)",
+    "HwSA@QC (F+B)",
+    "Shift (pp)",
+)
+
+
 def table_audit(audit: pd.DataFrame) -> pd.DataFrame:
-    """Table 6: HwSA@QC on the full QC set vs the audited fluent + borderline subset (F+B)
-    per model, dataset and policy, the shift in pp, the Q0 -> QC delta on both sets and
-    whether its sign is preserved; a macro-average row (over P0-P4 when present, as the
-    paper) counts the preserved signs."""
+    """Table 6 with the paper's columns: HwSA@QC on the full QC set vs the audited
+    fluent + borderline subset (F+B) per model, dataset and policy, and the shift in pp;
+    then the macro-average row and a last row counting the cells whose Q0 -> QC delta
+    keeps its sign on F+B (the paper's "All 30 delta signs preserved."). The deltas per
+    cell are in each dataset's audit_hwsa.csv."""
     out = []
     for row in audit.itertuples(index=False):
-        preserved = row.sign_preserved
         out.append(
             {
                 "Model": row.model,
@@ -395,33 +451,29 @@ def table_audit(audit: pd.DataFrame) -> pd.DataFrame:
                 "n (F+B)": int(row.n_clean),
                 "HwSA@QC (F+B)": pct(row.hwsa_qc_clean),
                 "Shift (pp)": _pp(row.shift),
-                "QC-Q0 (all, pp)": _pp(row.delta_all),
-                "QC-Q0 (F+B, pp)": _pp(row.delta_clean),
-                "Sign preserved": "n/a" if pd.isna(preserved) else ("yes" if preserved else "no"),
             }
         )
     # The macro row pools the paper's policies (its "30 cells" are 3 models x 2 datasets
     # x P0-P4), so adding EVID or the CDD family does not move it; all policies otherwise.
     paper = audit[audit["policy"].isin(PAPER_POLICIES)]
-    pooled, label = (paper, "Macro avg (P0-P4)") if len(paper) else (audit, "Macro avg")
+    pooled = paper if len(paper) else audit
+    label = "Macro avg (P0-P4)" if len(paper) and len(paper) < len(audit) else "Macro avg"
     if len(pooled):
-        known = pooled["sign_preserved"].dropna().astype(bool)
+        blank = dict.fromkeys(TABLE6_COLUMNS, "")
         out.append(
             {
+                **blank,
                 "Model": label,
-                "Dataset": "",
-                "Policy": "",
-                "n (all)": "",
                 "HwSA@QC (all)": pct(pooled["hwsa_qc_all"].mean()),
-                "n (F+B)": "",
                 "HwSA@QC (F+B)": pct(pooled["hwsa_qc_clean"].mean()),
                 "Shift (pp)": _pp(pooled["shift"].mean()),
-                "QC-Q0 (all, pp)": _pp(pooled["delta_all"].mean()),
-                "QC-Q0 (F+B, pp)": _pp(pooled["delta_clean"].mean()),
-                "Sign preserved": f"{int(known.sum())} of {len(known)}",
             }
         )
-    return pd.DataFrame(out)
+        known = pooled["sign_preserved"].dropna().astype(bool)
+        kept, cells = int(known.sum()), len(known)
+        kept_text = f"All {cells}" if kept == cells else f"{kept} of {cells}"
+        out.append({**blank, "Model": f"{kept_text} delta signs preserved."})
+    return pd.DataFrame(out, columns=list(TABLE6_COLUMNS))
 
 
 def p3_sweep_rows(
@@ -860,7 +912,9 @@ def display_policies(table: pd.DataFrame) -> pd.DataFrame:
 
 def write_table(table: pd.DataFrame, stem: str | Path, caption: str) -> list[Path]:
     """CSV + Markdown + LaTeX of one table; returns the three paths. EVID_CB is printed
-    as "EVID+CB"."""
+    as "EVID+CB". The table's note (``with_note``) follows the caption."""
+    note = table.attrs.get("note")
+    caption = f"{caption} {note}" if note else caption
     table = display_policies(table)
     stem = Path(stem)
     paths = [stem.with_suffix(".csv"), stem.with_suffix(".md"), stem.with_suffix(".tex")]

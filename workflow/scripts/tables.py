@@ -25,7 +25,8 @@ def _seed_sensitivity(smk, metrics):
                 spec["seed"],
             )
         )
-    return pd.concat(tables, ignore_index=True)
+    notes = " ".join(table.attrs.get("note", "") for table in tables)
+    return t.with_note(pd.concat(tables, ignore_index=True), notes)
 
 
 def _evid_sweeps(smk):
