@@ -24,14 +24,10 @@ from pathlib import Path
 
 from grabrag.assets import resolve
 from grabrag.data import adapt_bigbench_knowledge_conflicts, adapt_squad_v1, build_dataset
+from grabrag.entity_pool import NerCache, build_entity_pool, gold_passage_texts
 from grabrag.ner import load_ner
-from grabrag.swaps import (
-    NerCache,
-    build_entity_pool,
-    build_swaps,
-    eligibility_summary,
-    gold_passage_texts,
-)
+from grabrag.swap_audit import eligibility_summary
+from grabrag.swaps import build_swaps
 
 REPO = Path(__file__).resolve().parents[1]
 DATASETS = {

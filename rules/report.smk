@@ -63,7 +63,7 @@ rule audit_hwsa:
     conda:
         GRABRAG_ENV
     params:
-        code=library_code("metrics.py", "tables.py", "swaps.py"),
+        code=library_code("metrics.py", "tables.py", "swap_audit.py"),
     script:
         "../workflow/scripts/audit_hwsa.py"
 

@@ -15,6 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from grabrag.contexts import HARD_NEGATIVE
+from grabrag.entity_pool import (
+    EntityPool,
+    NerCache,
+    build_entity_pool,
+    span_validity_reason,
+    type_quality_reason,
+)
 from grabrag.errors import DataError
 from grabrag.io import read_jsonl
 from grabrag.ner import (
@@ -27,32 +35,26 @@ from grabrag.ner import (
     chunk_text,
     load_ner,
 )
-from grabrag.swaps import (
+from grabrag.swap_audit import (
     AUDIT_COLUMNS,
-    HARD_NEGATIVE,
-    NUMERIC_FRACTION,
-    QC_ROLE,
-    YEAR_DELTAS,
-    EntityPool,
-    NerCache,
     audit_sample,
-    build_entity_pool,
-    build_qc_rows,
-    build_qx_rows,
-    build_swaps,
     count_leaks,
     eligibility_summary,
-    locate_answer,
-    post_swap_reason,
     read_audit,
     read_audit_ratings,
     reference_comparison,
+    write_audit_csv,
+)
+from grabrag.swap_contexts import QC_ROLE, build_qc_rows, build_qx_rows
+from grabrag.swaps import (
+    NUMERIC_FRACTION,
+    YEAR_DELTAS,
+    build_swaps,
+    locate_answer,
+    post_swap_reason,
     select_replacement,
-    span_validity_reason,
     substitute_all,
     swap_question,
-    type_quality_reason,
-    write_audit_csv,
 )
 
 from .conftest import RESOURCES, snakemake

@@ -5,8 +5,9 @@ plausible wrong span, or records why no clean swap exists. Every rule below is t
 paper's, in its order; where the paper is silent, the choice made is said in a comment
 marked "Choice:".
 
-1. Entity pool: NER over all gold passages; spans pass the span-validity filters (all
-   types) and the type-specific quality filters, then NORP entries leave GPE and LOC.
+1. Entity pool (``entity_pool.py``): NER over all gold passages; spans pass the
+   span-validity filters (all types) and the type-specific quality filters, then NORP
+   entries leave GPE and LOC.
 2. Answer-span location: word-boundary regex; retry after stripping outer quotes,
    brackets and parentheses.
 3. Pre-swap skips: a "(born ...)" parenthetical sharing a token with the answer, or an
@@ -21,28 +22,31 @@ marked "Choice:".
    that is a whole entity goes with the swapped span (Table 5).
 
 All randomness of question i (0-based position) comes from ``random.Random(seed + i)``.
+The eligibility summary and the manual audit of the swaps are ``swap_audit.py``; the QC
+and QX context rows built from them are ``swap_contexts.py``.
 """
 
 from __future__ import annotations
 
-import csv
 import math
 import random
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from .contexts import GOLD, TokenCounter, build_context_row
-from .errors import DataError
-from .io import write_csv
+from .entity_pool import (
+    EntityPool,
+    NerCache,
+    as_ner_cache,
+    build_entity_pool,
+    gold_passage_texts,
+)
 from .metrics import normalize_answer
-from .ner import INTERNAL_TYPES, NerBackend, Span
+from .ner import NerBackend
 from .progress import Progress
-from .retrieval import passage_text
-from .text import contains_alias
+from .text import contains_alias, words
 
 # --- the paper's constants --------------------------------------------------------------------
 
@@ -51,85 +55,12 @@ YEAR_MIN, YEAR_MAX = 1000, 2099
 YEAR_DELTAS = (-30, -20, -10, 10, 20, 30)
 NUMERIC_FRACTION = (0.1, 0.3)  # delta = max(1, round(n * U[0.1, 0.3])), random sign
 NUMERIC_MIN = 1
-MIN_SPAN_CHARS = 3
-MAX_SPAN_WORDS = 5
 POSSESSIVE_MIN_CHARS = 6
 MAX_REPLACEMENT_WORD_RATIO = 3
 YEAR_TYPE = "YEAR"
 NUMBER_TYPE = "NUMBER"
 
-QC_ROLE = "swapped_gold"
-GOLD_ROLE = GOLD  # the original gold passage beside its swapped twin (QX)
-HARD_NEGATIVE = "hard_negative"
-AUDIT_QUALITIES = ("fluent", "borderline", "broken")
-
-# --- word lists (the paper gives examples; the lists complete them) ---------------------------
-
-# "last word not a geographic feature noun (e.g., river, ocean, peninsula)"
-GEOGRAPHIC_FEATURES = frozenset(
-    """river rivers ocean oceans sea seas lake lakes peninsula peninsulas mountain mountains
-    mount hill hills range ranges valley valleys island islands isle isles bay bays gulf
-    strait straits channel canal creek stream falls waterfall desert deserts plateau plain
-    plains basin delta coast shore beach cape forest forests glacier lagoon reef archipelago
-    harbor harbour estuary fjord canyon gorge ridge volcano highlands lowlands marsh swamp
-    wetlands tributary""".split()
-)
-
-# PERSON: "matching a bare title noun (e.g., president, bishop, senator)"
-TITLE_NOUNS = frozenset(
-    """president bishop archbishop cardinal pope senator congressman congresswoman
-    representative governor mayor king queen prince princess emperor empress duke duchess
-    earl count countess baron baroness lord lady sir dame sultan caliph tsar czar pharaoh
-    chancellor minister secretary chairman chairwoman chair chief general admiral captain
-    colonel major lieutenant sergeant commander judge justice professor doctor dr mr mrs ms
-    miss reverend father saint st rabbi imam sheikh khan coach director ambassador speaker
-    treasurer dean premier vice-president""".split()
-) | frozenset(
-    {
-        "vice president",
-        "prime minister",
-        "head coach",
-        "chief justice",
-        "attorney general",
-        "secretary of state",
-        "president-elect",
-        "first lady",
-    }
-)
-
-# ORG: "single-word generic nouns (congress, board)"
-ORG_GENERIC = frozenset(
-    """congress board parliament senate government administration cabinet council committee
-    commission court tribunal army navy military police church university college school
-    company corporation firm party league union association society ministry department
-    agency bureau office assembly legislature federation club team band group institute
-    academy foundation museum library hospital bank monarchy crown state republic
-    organization organisation""".split()
-)
-
-# ORG: "contain media-organization keywords (tribune, gazette, herald)"
-MEDIA_KEYWORDS = frozenset(
-    """tribune gazette herald times post journal chronicle courier telegraph bulletin
-    dispatch inquirer examiner observer sentinel news newspaper magazine press""".split()
-)
-
-# EVENT: "single-word process nouns (filming, synapsis)". Choice: a word list plus the
-# process suffixes -ing and -sis; -tion/-ment are not used as suffixes because single-word
-# named events end in them (Reformation, Enlightenment). Holidays ending in -ing stay.
-PROCESS_NOUNS = frozenset(
-    """filming shooting recording production construction development training synapsis
-    mitosis meiosis fermentation photosynthesis migration evolution growth renovation
-    restoration expansion excavation rehearsal casting editing""".split()
-)
-PROCESS_SUFFIXES = ("ing", "sis")
-EVENT_NOT_PROCESS = frozenset({"thanksgiving"})
-
-# LOC: "lowercase directional prefix (eastern Asia, ancient Athens)"
-LOC_PREFIXES = frozenset(
-    """north south east west northern southern eastern western northeast northwest southeast
-    southwest northeastern northwestern southeastern southwestern central upper lower inner
-    outer ancient medieval modern mid middle greater coastal rural mainland""".split()
-)
+# --- word lists of the post-swap filters and skips --------------------------------------------
 
 # Post-swap "educational-term type matches": the set of these term types must agree.
 EDUCATIONAL_TERMS = {
@@ -174,15 +105,10 @@ INSTITUTIONAL_SUFFIXES = {
 # Choice: function words would make "(born in the ...)" overlap any answer with "in".
 STOPWORDS = frozenset("a an the of in on at to for by and or as is was de la le von van".split())
 
-ARTICLES = ("the", "a", "an")
 YES_NO = frozenset({"yes", "no"})
 
 # --- small text helpers -----------------------------------------------------------------------
 
-_DIGIT = re.compile(r"\d")
-_ROMAN = re.compile(r"M{0,4}(CM|CD|D?C{0,3})(XC|XL|L?X{0,3})(IX|IV|V?I{0,3})")
-_BORN_COMPOUND = re.compile(r"\w-born\b", re.IGNORECASE)
-_DOMAIN = re.compile(r"[A-Za-z0-9]\.[A-Za-z]{2,}\b")
 _BORN_PAREN = re.compile(r"\(\s*born\b([^()]*)\)", re.IGNORECASE)
 _POSSESSIVE = re.compile(r"(?:['’]s|s['’])(?!\w)")
 _ACRONYM = re.compile(r"(?:[A-Z]\.?){2,}")
@@ -190,11 +116,6 @@ _OUTER_PAIRS = {'"': '"', "'": "'", "“": "”", "‘": "’", "(": ")", "[": "
 _TRAILING_PUNCT = ".,;:!?"
 _YEAR = re.compile(r"(?<!\d)(\d{4})(?!\d)")
 _NUMERIC = re.compile(r"[1-9]\d{1,4}|[1-9]\d?,\d{3}")
-
-
-def words(text: str) -> list[str]:
-    """Whitespace words that hold a letter or digit (a lone '-' of tokenised text is no word)."""
-    return [w for w in text.split() if any(ch.isalnum() for ch in w)]
 
 
 def word_count(text: str) -> int:
@@ -214,7 +135,8 @@ def token_subset(a: str, b: str) -> bool:
     return small <= big
 
 
-def _boundary(form: str) -> str:
+def boundary_pattern(form: str) -> str:
+    """The regex of ``form`` standing on word boundaries (no word character either side)."""
     return r"(?<!\w)" + re.escape(form) + r"(?!\w)"
 
 
@@ -248,159 +170,6 @@ def value_type(text: str) -> str | None:
     if _is_numeric(text):
         return NUMBER_TYPE
     return None
-
-
-# --- entity pool ------------------------------------------------------------------------------
-
-
-def span_validity_reason(text: str) -> str | None:
-    """Appendix C "span validity (all types)"; None when the span passes."""
-    text = text.strip()
-    if len(text) < MIN_SPAN_CHARS:
-        return "too_short"
-    if _DIGIT.search(text):
-        return "has_digit"
-    ws = words(text)
-    if len(ws) > MAX_SPAN_WORDS:
-        return "too_many_words"
-    if not ws or all(_ROMAN.fullmatch(w.strip(".,")) for w in ws):
-        # Choice: Roman numerals are matched upper-case (a lower-case span is dropped
-        # below anyway), so names made of the letters I, V, X, L, C, D, M ("Mill") survive.
-        return "roman_or_punctuation"
-    if text == text.lower():
-        return "all_lowercase"
-    lowered = [w.lower() for w in ws]
-    if any(a == b for a, b in zip(lowered, lowered[1:], strict=False)):
-        return "adjacent_identical_words"
-    if lowered[-1].strip(".,;:") in GEOGRAPHIC_FEATURES:
-        return "geographic_feature"
-    if _BORN_COMPOUND.search(text):
-        return "born_compound"
-    if _DOMAIN.search(text):
-        return "domain_name"
-    return None
-
-
-def type_quality_reason(text: str, kind: str) -> str | None:
-    """Appendix C "type-specific quality"; None when the span passes."""
-    text = text.strip()
-    ws = words(text)
-    first = ws[0].lower() if ws else ""
-    lowered = " ".join(w.lower() for w in ws).rstrip(".")
-    if _DOMAIN.search(text):
-        return "domain_name"
-    if kind == "PERSON":
-        if first in ARTICLES:
-            return "person_article"
-        if lowered in TITLE_NOUNS:
-            return "person_title"
-    elif kind == "ORG":
-        if len(ws) == 1 and lowered in ORG_GENERIC:
-            return "org_generic"
-        if any(w.lower().strip(".,'’") in MEDIA_KEYWORDS for w in ws):
-            return "org_media"
-    elif kind == "EVENT":
-        if len(ws) == 1 and lowered not in EVENT_NOT_PROCESS:
-            if lowered in PROCESS_NOUNS or lowered.endswith(PROCESS_SUFFIXES):
-                return "event_process"
-    elif kind == "WORK_OF_ART":
-        if first in ARTICLES and not any(w[:1].isupper() for w in ws[1:]):
-            return "work_article_uncapitalised"
-    elif kind == "LOC":
-        if ws and ws[0] in LOC_PREFIXES:  # lower-case only: "Eastern Europe" is kept
-            return "loc_directional_prefix"
-    return None
-
-
-@dataclass
-class EntityPool:
-    """Replacement candidates by internal type, with counts of what each filter removed."""
-
-    entries: dict[str, list[str]]
-    rejected: dict[str, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.norp_keys = {normalize_answer(e) for e in self.entries.get("NORP", [])}
-
-    def get(self, kind: str) -> list[str]:
-        return self.entries.get(kind, [])
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "entries": self.entries,
-            "sizes": {k: len(v) for k, v in self.entries.items()},
-            "rejected": self.rejected,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EntityPool:
-        return cls({k: list(v) for k, v in data["entries"].items()}, dict(data.get("rejected", {})))
-
-
-class NerCache:
-    """Memoises a backend's spans by text; ``prime`` runs the missing texts in batches of
-    ``chunk`` (the backend batches within each), with progress lines to ``log``."""
-
-    def __init__(
-        self, ner: NerBackend, log: Callable[[str], None] | None = None, chunk: int = 256
-    ) -> None:
-        self.ner = ner
-        self.log = log
-        self.chunk = chunk
-        self._spans: dict[str, list[Span]] = {}
-
-    def prime(self, texts: Iterable[str]) -> None:
-        missing = list(dict.fromkeys(t for t in texts if t not in self._spans))
-        progress = None
-        if self.log and len(missing) > self.chunk:
-            progress = Progress(len(missing), self.log, unit="passages", min_interval=10.0)
-        for start in range(0, len(missing), self.chunk):
-            part = missing[start : start + self.chunk]
-            for text, spans in zip(part, self.ner.predict(part), strict=True):
-                self._spans[text] = spans
-            if progress:
-                progress.step("NER", n=len(part))
-
-    def __call__(self, text: str) -> list[Span]:
-        self.prime([text])
-        return self._spans[text]
-
-
-def _as_cache(ner: NerBackend | NerCache) -> NerCache:
-    return ner if isinstance(ner, NerCache) else NerCache(ner)
-
-
-def build_entity_pool(texts: Iterable[str], ner: NerBackend | NerCache) -> EntityPool:
-    """Run NER over every (gold) passage and keep the spans that pass both filter stages.
-
-    Entries are deduplicated by exact text and sorted, so the pool (and every seeded choice
-    from it) does not depend on passage order.
-    """
-    cache = _as_cache(ner)
-    texts = list(dict.fromkeys(t for t in texts if t.strip()))
-    cache.prime(texts)
-    rejected: Counter[str] = Counter()
-    kept: dict[str, set[str]] = {kind: set() for kind in INTERNAL_TYPES}
-    for text in texts:
-        for span in cache(text):
-            surface = span.text.strip()
-            reason = span_validity_reason(surface) or type_quality_reason(surface, span.type)
-            if reason:
-                rejected[reason] += 1
-            else:
-                kept.setdefault(span.type, set()).add(surface)
-    # "any entry already in the NORP pool is removed from GPE and LOC"
-    norp = {normalize_answer(e) for e in kept.get("NORP", set())}
-    for kind in ("GPE", "LOC"):
-        overlap = {e for e in kept.get(kind, set()) if normalize_answer(e) in norp}
-        rejected["norp_overlap"] += len(overlap)
-        kept[kind] = kept.get(kind, set()) - overlap
-    return EntityPool({k: sorted(v) for k, v in kept.items()}, dict(sorted(rejected.items())))
-
-
-def gold_passage_texts(questions: Sequence[dict[str, Any]]) -> list[str]:
-    """Texts of every gold passage of a dataset's questions, deduplicated, in order."""
-    return list(dict.fromkeys(p["text"] for q in questions for p in q["gold_passages"]))
 
 
 # --- answer location and pre-swap skips -------------------------------------------------------
@@ -480,7 +249,7 @@ def locate_answer(question: dict[str, Any]) -> Located | None:
             if not form:
                 continue
             for flags in (0, re.IGNORECASE):
-                pattern = re.compile(_boundary(form), flags)
+                pattern = re.compile(boundary_pattern(form), flags)
                 for k, text in enumerate(passages):
                     match = pattern.search(text)
                     if match:
@@ -661,7 +430,7 @@ def substitute_all(text: str, mapping: dict[str, str]) -> tuple[str, int, int, s
     if not forms:
         return text, 0, 0, set()
     lookup = {k.casefold(): v for k, v in mapping.items()}
-    pattern = re.compile("|".join(_boundary(f) for f in forms), re.IGNORECASE)
+    pattern = re.compile("|".join(boundary_pattern(f) for f in forms), re.IGNORECASE)
     out = ""
     last = 0
     count = fixes = 0
@@ -672,7 +441,7 @@ def substitute_all(text: str, mapping: dict[str, str]) -> tuple[str, int, int, s
             key = next(
                 f.casefold()
                 for f in forms
-                if re.fullmatch(_boundary(f), match.group(0), re.IGNORECASE)
+                if re.fullmatch(boundary_pattern(f), match.group(0), re.IGNORECASE)
             )
         found.add(key)
         before, substitute, fixed = _fix_article(out + text[last : match.start()], lookup[key])
@@ -715,7 +484,7 @@ class Plan:
 
 
 def _replace_inside(alias: str, source: str, target: str) -> str | None:
-    new = re.sub(_boundary(source), lambda _: target, alias, flags=re.IGNORECASE)
+    new = re.sub(boundary_pattern(source), lambda _: target, alias, flags=re.IGNORECASE)
     return new if new != alias else None
 
 
@@ -842,8 +611,9 @@ def _entity_plans(
         yield Plan(tier, kind, label, original, replacement, planted, transform, with_article)
 
 
-def _occurrences(text: str, form: str) -> list[tuple[int, int]]:
-    return [m.span() for m in re.finditer(_boundary(form), text, re.IGNORECASE)]
+def occurrences(text: str, form: str) -> list[tuple[int, int]]:
+    """(start, end) of every case-insensitive mention of ``form`` on word boundaries."""
+    return [m.span() for m in re.finditer(boundary_pattern(form), text, re.IGNORECASE)]
 
 
 def _tier_ner(
@@ -865,7 +635,7 @@ def _tier_ner(
     """
     spans = cache(passage)
     positions = [(located.start, located.end)] + [
-        o for o in _occurrences(passage, located.text) if o != (located.start, located.end)
+        o for o in occurrences(passage, located.text) if o != (located.start, located.end)
     ]
     for start, end in positions:
         for span in spans:
@@ -1055,7 +825,7 @@ def swap_question(
     ``max_candidates=1`` is the one-draw-per-tier construction (for comparison). The year
     and numeric tiers draw one shift, as the paper states.
     """
-    cache = _as_cache(ner)
+    cache = as_ner_cache(ner)
     rng = random.Random(seed + index)
     aliases = _aliases(question)
     if not aliases:
@@ -1158,7 +928,7 @@ def build_swaps(
     "over all gold passages in the dataset"). NER runs in batches: all gold passages
     once, then all located answer spans (tier 4) once.
     """
-    cache = _as_cache(ner)
+    cache = as_ner_cache(ner)
     cache.prime(gold_passage_texts(questions))
     if pool is None:
         pool = build_entity_pool(gold_passage_texts(questions), cache)
@@ -1179,394 +949,9 @@ def build_swaps(
     return records, pool
 
 
-# --- summaries, audit, reference comparison ---------------------------------------------------
+# --- the accepted records ---------------------------------------------------------------------
 
 
 def accepted(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The accepted swap records, in order (the skips left out)."""
     return [r for r in records if r.get("status") == "accepted"]
-
-
-def count_leaks(records: Iterable[dict[str, Any]]) -> int:
-    """Accepted swaps whose modified passage (title and text) still holds a gold alias."""
-    leaks = 0
-    for r in accepted(records):
-        passage = r["modified_passage"]
-        aliases = r.get("leak_aliases") or r["answers"]
-        leaks += contains_alias(f"{passage['title']}\n{passage['text']}", aliases)
-    return leaks
-
-
-def eligibility_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """QC eligibility: counts by tier, type and skip reason, and the leak recount (must be 0)."""
-    ok = accepted(records)
-    total = len(records)
-    by_tier = Counter(r["tier"] for r in ok)
-    return {
-        "questions": total,
-        "eligible": len(ok),
-        "eligible_rate": round(len(ok) / total, 4) if total else 0.0,
-        "by_tier": {t: by_tier[t] for t in TIERS if by_tier[t]},
-        "by_type": dict(sorted(Counter(r["entity_type"] for r in ok).items())),
-        "skip_reasons": dict(
-            Counter(r["skip_reason"] for r in records if r.get("status") == "skipped").most_common()
-        ),
-        "leaks": count_leaks(records),
-        # Accepted only after the first pool candidate failed a filter (retried in seeded
-        # order), and the most candidates one accepted swap needed.
-        "accepted_after_retry": sum(r.get("candidates_tried", 1) > 1 for r in ok),
-        "max_candidates_tried": max((r.get("candidates_tried", 1) for r in ok), default=0),
-    }
-
-
-def _excerpt(text: str, needle: str, width: int = 200) -> str:
-    match = re.search(_boundary(needle), text, re.IGNORECASE) if needle else None
-    if match is None:
-        return text[: 2 * width]
-    start, end = max(0, match.start() - width), min(len(text), match.end() + width)
-    return ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")
-
-
-AUDIT_COLUMNS = (
-    "audit_id",
-    "qid",
-    "index",
-    "tier",
-    "entity_type",
-    "question",
-    "gold_answer",
-    "original_span",
-    "replacement",
-    "original_excerpt",
-    "modified_excerpt",
-    "quality",
-)
-
-
-def _allocate(sizes: dict[str, int], n: int) -> dict[str, int]:
-    """Proportional allocation with largest remainders (ties: tier order)."""
-    total = sum(sizes.values())
-    if total <= n:
-        return dict(sizes)
-    quotas = {t: n * s / total for t, s in sizes.items()}
-    alloc = {t: min(sizes[t], math.floor(q)) for t, q in quotas.items()}
-    order = sorted(sizes, key=lambda t: (-(quotas[t] - math.floor(quotas[t])), TIERS.index(t)))
-    k = 0
-    while sum(alloc.values()) < n:
-        t = order[k % len(order)]
-        if alloc[t] < sizes[t]:
-            alloc[t] += 1
-        k += 1
-    return alloc
-
-
-def audit_sample(records: Sequence[dict[str, Any]], n: int = 200, seed: int = 42) -> list[dict]:
-    """The paper's manual audit: ``n`` accepted swaps stratified by tier, blank ``quality``.
-
-    Each tier gets a share proportional to its size (largest remainders); swaps are drawn
-    with ``random.Random(seed)`` and the rows shuffled so the rater sees no tier order.
-    Fill ``quality`` with fluent, borderline or broken (Appendix C rubric).
-    """
-    rng = random.Random(seed)
-    by_tier: dict[str, list[dict[str, Any]]] = {}
-    for record in sorted(accepted(records), key=lambda r: r["index"]):
-        by_tier.setdefault(record["tier"], []).append(record)
-    alloc = _allocate({t: len(v) for t, v in by_tier.items()}, n)
-    chosen: list[dict[str, Any]] = []
-    for tier in TIERS:
-        if tier in by_tier:
-            chosen.extend(rng.sample(by_tier[tier], alloc[tier]))
-    rng.shuffle(chosen)
-    rows = []
-    for k, r in enumerate(chosen, start=1):
-        rows.append(
-            {
-                "audit_id": k,
-                "qid": r["qid"],
-                "index": r["index"],
-                "tier": r["tier"],
-                "entity_type": r["entity_type"],
-                "question": r["question"],
-                "gold_answer": " | ".join(r["answers"]),
-                "original_span": r["original_span"],
-                "replacement": r["replacement"],
-                "original_excerpt": _excerpt(r["passage"]["text"], r["original_span"]),
-                "modified_excerpt": _excerpt(r["modified_passage"]["text"], r["replacement"]),
-                "quality": "",
-            }
-        )
-    return rows
-
-
-def write_audit_csv(path: str | Path, rows: Sequence[dict[str, Any]]) -> None:
-    write_csv(path, AUDIT_COLUMNS, rows)
-
-
-SWAP_TABLE_COLUMNS = (
-    "qid",
-    "index",
-    "status",
-    "skip_reason",
-    "tier",
-    "entity_type",
-    "question",
-    "gold_answers",
-    "original_span",
-    "replacement",
-    "candidates_tried",
-    "original_passage",
-    "modified_passage",
-)
-
-
-def swap_table(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One flat row per question for a spreadsheet: every swap and every skip with its reason."""
-    rows = []
-    for r in records:
-        ok = r.get("status") == "accepted"
-        rows.append(
-            {
-                "qid": r["qid"],
-                "index": r["index"],
-                "status": r["status"],
-                "skip_reason": "" if ok else r.get("skip_reason", ""),
-                "tier": r.get("tier", "") if ok else "",
-                "entity_type": r.get("entity_type", "") if ok else "",
-                "question": r.get("question", ""),
-                "gold_answers": " | ".join(r.get("answers") or []),
-                "original_span": r.get("original_span", "") if ok else "",
-                "replacement": r.get("replacement", "") if ok else "",
-                "candidates_tried": (
-                    r.get("candidates_tried", "")
-                    if ok
-                    else sum((r.get("candidates_tried_by_tier") or {}).values()) or ""
-                ),
-                "original_passage": (r.get("passage") or {}).get("text", "") if ok else "",
-                "modified_passage": r.get("modified_text", "") if ok else "",
-            }
-        )
-    return rows
-
-
-def read_audit_ratings(path: str | Path) -> dict[str, str]:
-    """Validate a filled audit CSV; return qid -> rating (fluent, borderline or broken), in
-    file order.
-
-    Every row must carry a ``quality`` of fluent, borderline or broken (case and surrounding
-    spaces ignored); a blank or other value is a DataError naming the row and the value.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path}: audit file not found")
-    with path.open(encoding="utf-8", newline="") as handle:
-        reader = csv.DictReader(handle)
-        missing = {"qid", "quality"} - set(reader.fieldnames or [])
-        if missing:
-            raise DataError(f"{path}: missing column(s) {', '.join(sorted(missing))}")
-        ratings: dict[str, str] = {}
-        for k, row in enumerate(reader, start=1):
-            qid = (row.get("qid") or "").strip()
-            where = f"{path}: row {k} (qid {qid or '?'})"
-            if not qid:
-                raise DataError(f"{path}: row {k} has no qid")
-            if qid in ratings:
-                raise DataError(f"{where}: qid appears twice")
-            value = row.get("quality")
-            quality = (value or "").strip().lower()
-            if quality not in AUDIT_QUALITIES:
-                shown = "blank" if not quality else repr(value)
-                raise DataError(
-                    f"{where}: quality is {shown}; allowed values are {', '.join(AUDIT_QUALITIES)}"
-                )
-            ratings[qid] = quality
-    if not ratings:
-        raise DataError(f"{path}: no rated rows")
-    return ratings
-
-
-def read_audit(path: str | Path) -> list[str]:
-    """The qids a filled audit CSV rates fluent or borderline, in file order (validated as
-    :func:`read_audit_ratings`)."""
-    return [qid for qid, quality in read_audit_ratings(path).items() if quality != "broken"]
-
-
-def _type_in_context(text: str, target: str, cache: NerCache) -> str | None:
-    """Internal type of ``target`` where it first occurs in ``text``; NER on it alone else."""
-    kind = value_type(target)
-    if kind:
-        return kind
-    for start, end in _occurrences(text, target)[:1]:
-        for span in cache(text):
-            if span.start <= start and span.end >= end:
-                return span.type
-    alone = cache(target)
-    return alone[0].type if alone else None
-
-
-def reference_comparison(
-    records: Sequence[dict[str, Any]],
-    questions: Sequence[dict[str, Any]],
-    ner: NerBackend | NerCache,
-) -> dict[str, Any]:
-    """Compare our swaps with Longpre et al. (2021) for BIG-bench NQ questions.
-
-    The reference substitute is typed with the same recogniser (in its swapped passage
-    first, alone as a fallback; years and numbers as YEAR/NUMBER).
-    """
-    cache = _as_cache(ner)
-    ours = {r["qid"]: r for r in accepted(records)}
-    with_ref = [q for q in questions if (q.get("extra") or {}).get("reference_swap")]
-    cache.prime(q["extra"]["reference_swap"]["passage"] for q in with_ref)
-    both = [q for q in with_ref if q["qid"] in ours]
-    typed = agree = same_string = 0
-    pairs: Counter[str] = Counter()
-    for q in both:
-        ref = q["extra"]["reference_swap"]
-        ref_type = _type_in_context(ref["passage"], ref["substitute"], cache)
-        our = ours[q["qid"]]
-        same_string += normalize_answer(ref["substitute"]) == normalize_answer(our["replacement"])
-        if ref_type is None:
-            pairs[f"{our['entity_type']}->untyped"] += 1
-            continue
-        typed += 1
-        agree += ref_type == our["entity_type"]
-        pairs[f"{our['entity_type']}->{ref_type}"] += 1
-    n_ref = len(with_ref)
-    return {
-        "questions_with_reference": n_ref,
-        "ours_swapped": sum(q["qid"] in ours for q in with_ref),
-        "both_swapped": len(both),
-        "both_swapped_share": round(len(both) / n_ref, 4) if n_ref else 0.0,
-        "substitute_typed": typed,
-        "type_agreement": agree,
-        "type_agreement_rate": round(agree / typed, 4) if typed else None,
-        "same_replacement": same_string,
-        "type_pairs_ours_to_reference": dict(pairs.most_common()),
-    }
-
-
-# --- QC and QX context rows ------------------------------------------------------------------
-
-
-def build_qc_rows(
-    questions: Sequence[dict[str, Any]],
-    swap_records: Sequence[dict[str, Any]],
-    retrieval: dict[str, dict[str, Any]],
-    corpus: dict[str, dict[str, str]],
-    seed: int,
-    counter: TokenCounter,
-    n_passages: int = 5,
-    max_tokens: int = 1500,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """QC rows: the swapped passage among n_passages - 1 hard negatives; plus a report.
-
-    Hard negatives come from the retrieval ranking in order, skipping any that hold a
-    gold alias or the replacement (so no passage confirms or repeats the planted answer).
-    Rows are shuffled with Random(seed + i) and capped by ``build_context_row``. A
-    question without an accepted swap is absent; one with too few clean negatives too
-    (reported).
-    """
-    return _swap_rows(
-        "QC", questions, swap_records, retrieval, corpus, seed, counter, n_passages, max_tokens
-    )
-
-
-def build_qx_rows(
-    questions: Sequence[dict[str, Any]],
-    swap_records: Sequence[dict[str, Any]],
-    retrieval: dict[str, dict[str, Any]],
-    corpus: dict[str, dict[str, str]],
-    seed: int,
-    counter: TokenCounter,
-    n_passages: int = 5,
-    max_tokens: int = 1500,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """QX rows (inter-context conflict): the original gold passage (role ``gold``) AND its
-    swapped twin (role ``swapped_gold``) among n_passages - 2 hard negatives; plus a report.
-
-    Same questions, hard-negative filter (no gold alias, no planted string), shuffle
-    (Random(seed + i)) and token cap as QC, so QX differs from QC only by the added
-    original passage (in place of the last hard negative). Rows also record
-    ``original_in_context`` (a gold alias survived the token cap) besides
-    ``replacement_in_context``.
-    """
-    if n_passages < 2:
-        raise ValueError(f"QX needs at least 2 passages (gold + swapped), got {n_passages}")
-    return _swap_rows(
-        "QX", questions, swap_records, retrieval, corpus, seed, counter, n_passages, max_tokens
-    )
-
-
-def _swap_rows(
-    condition: str,
-    questions: Sequence[dict[str, Any]],
-    swap_records: Sequence[dict[str, Any]],
-    retrieval: dict[str, dict[str, Any]],
-    corpus: dict[str, dict[str, str]],
-    seed: int,
-    counter: TokenCounter,
-    n_passages: int,
-    max_tokens: int,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    with_original = condition == "QX"
-    n_negatives = n_passages - 2 if with_original else n_passages - 1
-    swaps = {r["qid"]: r for r in accepted(swap_records)}
-    rows: list[dict[str, Any]] = []
-    short: list[str] = []
-    lost = lost_original = 0
-    for index, question in enumerate(questions):
-        record = swaps.get(question["qid"])
-        if record is None:
-            continue
-        if record["index"] != index:
-            raise DataError(
-                f"swap record of {question['qid']} has index {record['index']} but the "
-                f"question is at position {index}; rebuild the swaps from this questions file"
-            )
-        ranked = retrieval.get(question["qid"])
-        if ranked is None:
-            raise KeyError(f"question {question['qid']} has no retrieval row")
-        aliases = record.get("leak_aliases") or question["answers"]
-        planted = list(dict.fromkeys([record["replacement"], record["replacement_entity"]]))
-        negatives = []
-        for pid in ranked["hard_negatives"]:
-            if len(negatives) == n_negatives:
-                break
-            passage = corpus[pid]
-            body = passage_text(passage)
-            if contains_alias(body, aliases) or contains_alias(body, planted):
-                continue
-            negatives.append({**passage, "role": HARD_NEGATIVE})
-        if len(negatives) < n_negatives:
-            short.append(question["qid"])
-            continue
-        swapped = {**record["modified_passage"], "role": QC_ROLE}
-        passages = [swapped, *negatives]
-        if with_original:
-            passages.insert(0, {**record["passage"], "role": GOLD_ROLE})
-        row = build_context_row(index, question, condition, passages, seed, counter, max_tokens)
-        row["replacement"] = record["replacement"]
-        row["replacement_entity"] = record["replacement_entity"]
-        row["original_span"] = record["original_span"]
-        row["tier"] = record["tier"]
-        row["entity_type"] = record["entity_type"]
-        row["replacement_in_context"] = contains_alias(row["context"], planted)
-        lost += not row["replacement_in_context"]
-        if with_original:
-            row["original_in_context"] = contains_alias(row["context"], aliases)
-            lost_original += not row["original_in_context"]
-        rows.append(row)
-    report = {
-        "condition": condition,
-        "questions": len(questions),
-        "accepted_swaps": len(swaps),
-        f"{condition.lower()}_rows": len(rows),
-        "dropped_insufficient_clean_hard_negatives": short,
-        "truncated_contexts": sum(r["truncated"] for r in rows),
-        "replacement_cut_by_token_cap": lost,
-        "answer_in_context": sum(r["answer_in_context"] for r in rows),
-        "n_passages": n_passages,
-        "max_context_tokens": max_tokens,
-    }
-    if with_original:
-        report["original_cut_by_token_cap"] = lost_original
-    return rows, report

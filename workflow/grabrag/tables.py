@@ -1128,7 +1128,8 @@ def table_swap_examples(
     tiers (fluent, borderline, broken) for a dataset with a filled audit (``ratings``:
     dataset -> qid -> quality), else the swap tiers (1, 1b, 2, 3, 4). The excerpts show
     ``width`` characters around the span in the original and the QC passage."""
-    from .swaps import TIERS, _excerpt
+    from .swap_audit import excerpt
+    from .swaps import TIERS
 
     rows = []
     for dataset in sorted(records):
@@ -1151,8 +1152,8 @@ def table_swap_examples(
                         "Swap": f"{r.get('source_type', r['entity_type'])} -> {r['entity_type']}",
                         "Question": r["question"],
                         "Gold": " | ".join(r["answers"]),
-                        "Original": _excerpt(r["passage"]["text"], r["original_span"], width),
-                        "QC": _excerpt(r["modified_passage"]["text"], r["replacement"], width),
+                        "Original": excerpt(r["passage"]["text"], r["original_span"], width),
+                        "QC": excerpt(r["modified_passage"]["text"], r["replacement"], width),
                     }
                 )
     columns = ["Dataset", "Group", "Tier", "Swap", "Question", "Gold", "Original", "QC"]

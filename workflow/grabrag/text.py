@@ -1,4 +1,5 @@
-"""Alias matching shared by hard-negative mining and (later) leakage checks."""
+"""Alias matching shared by hard-negative mining and the swaps' leakage checks, and the word
+splits of retrieval and the swap filters."""
 
 from __future__ import annotations
 
@@ -28,3 +29,8 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 def word_tokens(text: str) -> list[str]:
     """Lower-cased word tokens: the BM25 tokenisation and the short-answer length test."""
     return _WORD.findall(text.lower())
+
+
+def words(text: str) -> list[str]:
+    """Whitespace words that hold a letter or digit (a lone '-' of tokenised text is no word)."""
+    return [w for w in text.split() if any(ch.isalnum() for ch in w)]

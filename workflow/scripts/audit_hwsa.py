@@ -7,7 +7,7 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 
 from grabrag.io import atomic_write, read_jsonl
 from grabrag.runner import log, run_rule
-from grabrag.swaps import read_audit_ratings
+from grabrag.swap_audit import read_audit_ratings
 from grabrag.tables import audit_hwsa_rows
 
 

@@ -4,10 +4,10 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 
 from grabrag.assets import resolve
 from grabrag.data import ADAPTERS, dataset_gold_texts
+from grabrag.entity_pool import NerCache, build_entity_pool, gold_passage_texts
 from grabrag.io import read_jsonl, write_json
 from grabrag.ner import load_configured_ner
 from grabrag.runner import log, run_rule
-from grabrag.swaps import NerCache, build_entity_pool, gold_passage_texts
 
 
 def main(smk):

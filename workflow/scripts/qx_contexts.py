@@ -7,7 +7,7 @@ from grabrag.assets import resolve
 from grabrag.contexts import load_token_counter
 from grabrag.io import read_jsonl, write_json, write_jsonl
 from grabrag.runner import log, run_rule
-from grabrag.swaps import build_qx_rows
+from grabrag.swap_contexts import build_qx_rows
 
 
 def main(smk):

@@ -4,20 +4,19 @@ audit sample for a person to rate."""
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
 from grabrag.assets import resolve
+from grabrag.entity_pool import EntityPool, NerCache
 from grabrag.io import read_json, read_jsonl, write_csv, write_json, write_jsonl
 from grabrag.ner import load_configured_ner
 from grabrag.runner import log, run_rule
-from grabrag.swaps import (
+from grabrag.swap_audit import (
     SWAP_TABLE_COLUMNS,
-    EntityPool,
-    NerCache,
     audit_sample,
-    build_swaps,
     eligibility_summary,
     reference_comparison,
     swap_table,
     write_audit_csv,
 )
+from grabrag.swaps import build_swaps
 
 
 def main(smk):
