@@ -235,8 +235,9 @@ class GlinerNer:
         if missing:
             raise AssetError(
                 f"ner.tokenizer {where} lacks {', '.join(missing)}: it must hold the "
-                f"tokenizer files and config.json of GLiNER model {model}'s backbone "
-                f"'{config.get('model_name')}'; add them to that asset's 'files'"
+                f"tokenizer files and config.json of the backbone "
+                f"'{config.get('model_name')}' of GLiNER model {model}; add them to that "
+                "asset's 'files'"
             )
         for item in path.iterdir():
             if item.name != "gliner_config.json":
