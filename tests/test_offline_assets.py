@@ -72,6 +72,19 @@ def test_a_hub_asset_without_revision_is_a_config_error() -> None:
         validate_config(_config({"bge": {"hub": "BAAI/bge-small-en-v1.5"}}))
     ok = validate_config(_config({"bge": {"hub": "BAAI/bge-small-en-v1.5", "revision": "a" * 40}}))
     assert ok["assets"]["bge"]["revision"] == "a" * 40
+    with pytest.raises(ConfigError, match=r"'assets\.bge\.files'.*'filename'"):
+        validate_config(
+            _config(
+                {
+                    "bge": {
+                        "hub": "BAAI/bge-small-en-v1.5",
+                        "revision": "a" * 40,
+                        "filename": "config.json",
+                        "files": ["config.json"],
+                    }
+                }
+            )
+        )
 
 
 def test_ner_tokenizer_must_be_a_declared_asset_of_the_gliner_backend() -> None:

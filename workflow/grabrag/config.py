@@ -74,6 +74,14 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
         best = jsonschema.exceptions.best_match(errors)
         raise ConfigError(_describe(best))
     assets = checked["assets"]
+    for name, spec in assets.items():
+        if "files" in spec and (
+            "hub" not in spec or spec.get("filename") or spec["repo_type"] == "dataset"
+        ):
+            raise ConfigError(
+                f"config key 'assets.{name}.files' selects files of a hub model snapshot; "
+                "it does not combine with 'filename', a dataset or a non-hub source: remove it"
+            )
 
     def need_asset(key: str, name: str | None) -> None:
         if name is not None and name not in assets:
