@@ -2,11 +2,18 @@
 # and the inter-context conflict condition QX built from the same swaps.
 
 
+def ner_tokenizer_asset():
+    """The GLiNER backbone's tokenizer asset (ner.tokenizer), when the config names one."""
+    name = config["ner"].get("tokenizer")
+    return asset_manifest(name) if name else []
+
+
 rule entity_pool:
     input:
         questions=f"{RESULTS}/data/{{dataset}}/questions.jsonl",
         corpus=f"{RESULTS}/data/{{dataset}}/corpus.jsonl",
         ner=asset_manifest(config["ner"]["asset"]),
+        ner_tokenizer=ner_tokenizer_asset(),
         # qc.pool dataset_gold reads every gold passage of the source split.
         source=lambda wildcards: (
             dataset_asset(wildcards) if config["qc"]["pool"] == "dataset_gold" else []
@@ -31,6 +38,7 @@ rule swaps:
         questions=base_file("data", "questions.jsonl"),
         pool=base_file("qc", "entity_pool.json"),
         ner=asset_manifest(config["ner"]["asset"]),
+        ner_tokenizer=ner_tokenizer_asset(),
     output:
         swaps=f"{RESULTS}/qc/{{dataset}}/swaps.jsonl",
         table=f"{RESULTS}/qc/{{dataset}}/swaps.csv",

@@ -560,14 +560,23 @@ else:
 @pytest.mark.parametrize(
     ("name", "spec"),
     [
-        ("bge-small", {"hub": "BAAI/bge-small-en-v1.5"}),
-        ("bge-config", {"hub": "BAAI/bge-small-en-v1.5", "filename": "config.json"}),
+        ("bge-small", {"hub": "BAAI/bge-small-en-v1.5", "revision": "main"}),
+        ("bge-pinned", {"hub": "BAAI/bge-small-en-v1.5", "revision": "0" * 40}),
+        (
+            "bge-config",
+            {"hub": "BAAI/bge-small-en-v1.5", "revision": "main", "filename": "config.json"},
+        ),
         (
             "squad-hub",
-            {"hub": "rajpurkar/squad", "repo_type": "dataset", "split": "validation"},
+            {
+                "hub": "rajpurkar/squad",
+                "revision": "main",
+                "repo_type": "dataset",
+                "split": "validation",
+            },
         ),
     ],
-    ids=["model-snapshot", "model-file", "dataset"],
+    ids=["model-snapshot", "model-snapshot-at-commit", "model-file", "dataset"],
 )
 def test_hub_unreachable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, spec: dict[str, str]
@@ -599,7 +608,7 @@ def test_hub_unreachable(
 
 def test_hub_dataset_without_split(tmp_path: Path) -> None:
     manifest = tmp_path / "res" / "squad-hub" / MANIFEST
-    spec = {"hub": "rajpurkar/squad", "repo_type": "dataset"}
+    spec = {"hub": "rajpurkar/squad", "revision": "0" * 40, "repo_type": "dataset"}
     with pytest.raises(AssetError, match="'squad-hub'.*needs 'split'"):
         materialise("squad-hub", spec, manifest)
     _assert_nothing_left(manifest.parent)
@@ -655,7 +664,7 @@ def test_hub_model_under_a_relative_symlinked_resources_dir(
     function is replaced by one that returns paths exactly as the real one does."""
     import huggingface_hub
 
-    def snapshot_download(repo_id: str, *, revision: str, local_dir: Path) -> str:
+    def snapshot_download(repo_id: str, *, revision: str, local_dir: Path, **kwargs) -> str:
         folder = Path(os.path.realpath(local_dir))
         folder.mkdir(parents=True)
         (folder / "config.json").write_text("{}")
@@ -666,7 +675,7 @@ def test_hub_model_under_a_relative_symlinked_resources_dir(
     (tmp_path / "link").symlink_to(tmp_path / "real")
     monkeypatch.chdir(tmp_path)
     manifest = manifest_path("link/resources", "encoder")
-    target = materialise("encoder", {"hub": "org/encoder"}, manifest)
+    target = materialise("encoder", {"hub": "org/encoder", "revision": "a" * 40}, manifest)
     assert (target / "config.json").read_text() == "{}"
     assert resolve(manifest) == Path(manifest).parent / "files" / "model"
     assert json.loads(Path(manifest).read_text())["path"] == "files/model"

@@ -8,8 +8,10 @@ An asset is materialised once into ``<resources_dir>/<name>/`` and described by 
   fetches the wheel or sdist, its sha256 is checked, one member (file or folder) is
   extracted. The package is never installed or imported.
 * ``path``: a local file or folder, checked (sha256 for files) and referenced in place.
-* ``hub``: a Hugging Face hub model (snapshot or one file) or dataset split, exported
-  to JSONL in the hub's own row format.
+* ``hub``: a Hugging Face hub model (snapshot, some files, or one file) or dataset split,
+  exported to JSONL in the hub's own row format, at a named revision. The manifest
+  records the commit and every file's sha256; with a lock folder, the first fetch pins
+  both there and every later fetch must reproduce them.
 
 Failures raise AssetError naming the asset and leave no manifest and no partial files.
 """
@@ -351,24 +353,114 @@ def export_split(ds: Any, target: Path) -> Path:
     return target
 
 
-def _from_hub(name: str, spec: Mapping[str, Any], work: Path) -> tuple[Path, dict[str, Any]]:
-    repo, revision = spec["hub"], spec.get("revision", "main")
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+# The hub clients' own bookkeeping inside a local_dir download; not part of the asset.
+HUB_BOOKKEEPING = ".cache"
+
+
+def file_hashes(target: Path) -> dict[str, str]:
+    """sha256 of every file of a materialised asset, by path relative to ``target``
+    (a file asset: its name)."""
+    if target.is_file():
+        return {target.name: sha256_file(target)}
+    return {
+        path.relative_to(target).as_posix(): sha256_file(path)
+        for path in sorted(target.rglob("*"))
+        if path.is_file() and HUB_BOOKKEEPING not in path.relative_to(target).parts
+    }
+
+
+# The spec keys that say which hub content an asset is; a lock entry holds them so that
+# an edited config is never checked against the pins of other content.
+LOCKED_KEYS = ("hub", "repo_type", "revision", "filename", "files", "hub_config", "split")
+
+
+def lock_path(lock_dir: str | Path, name: str) -> Path:
+    return Path(lock_dir) / f"{name}.json"
+
+
+def _locked_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    locked = {key: spec.get(key) for key in LOCKED_KEYS}
+    locked["repo_type"] = locked["repo_type"] or "model"
+    return locked
+
+
+def _read_lock(name: str, spec: Mapping[str, Any], lock: Path) -> dict[str, Any] | None:
+    """The lock entry of a hub asset, None when there is none yet; an entry made for other
+    content (the config's repository, revision or files changed) is an error."""
+    if not lock.exists():
+        return None
+    entry = read_json(lock)
+    if entry.get("spec") != _locked_spec(spec):
+        raise AssetError(
+            f"asset '{name}': the lock file {lock} pins {entry.get('spec')}, but the config "
+            f"now asks for {_locked_spec(spec)}. If you changed the asset on purpose, delete "
+            f"{lock} so that the next fetch records the new pin (and commit it)"
+        )
+    return entry
+
+
+def _check_against_lock(
+    name: str, hashes: Mapping[str, str], entry: Mapping[str, Any], lock: Path
+) -> None:
+    locked = entry.get("files") or {}
+    problems = []
+    for path in sorted(set(locked) | set(hashes)):
+        if path not in hashes:
+            problems.append(f"{path}: locked sha256 {locked[path]}, missing from the download")
+        elif path not in locked:
+            problems.append(f"{path}: not in the lock, downloaded sha256 {hashes[path]}")
+        elif locked[path] != hashes[path]:
+            problems.append(f"{path}: locked sha256 {locked[path]}, downloaded {hashes[path]}")
+    if problems:
+        raise AssetError(
+            f"asset '{name}': the download differs from the pins in {lock} (commit "
+            f"{entry.get('commit')}):\n  " + "\n  ".join(problems) + "\nResults computed "
+            "from it would silently differ. If the change is expected (say, a new version of "
+            f"the hub client or of 'datasets' exports a split differently), delete {lock} to "
+            "record the new content, and commit it"
+        )
+
+
+def _hub_commit(repo: str, revision: str, repo_type: str) -> str:
+    """The commit a revision (a commit, branch or tag) names on the hub."""
+    if COMMIT.match(revision):
+        return revision
+    import huggingface_hub
+
+    info = huggingface_hub.HfApi().repo_info(repo, revision=revision, repo_type=repo_type)
+    return str(info.sha)
+
+
+def _from_hub(
+    name: str, spec: Mapping[str, Any], work: Path, lock_dir: str | Path | None = None
+) -> tuple[Path, dict[str, Any]]:
+    repo, revision = spec["hub"], spec.get("revision")
+    if not revision:
+        raise AssetError(
+            f"asset '{name}': a hub asset needs 'revision': the commit (40 hex characters) "
+            f"of '{repo}' to fetch; set assets.{name}.revision"
+        )
+    repo_type = spec.get("repo_type", "model")
+    lock = lock_path(lock_dir, name) if lock_dir is not None else None
+    entry = _read_lock(name, spec, lock) if lock is not None else None
     info: dict[str, Any] = {
         "source": "hub",
         "repo": repo,
         "revision": revision,
-        "repo_type": spec.get("repo_type", "model"),
+        "repo_type": repo_type,
     }
     content = work / "files"
     content.mkdir()
     try:
-        if spec.get("repo_type", "model") == "dataset":
+        commit = entry["commit"] if entry else _hub_commit(repo, revision, repo_type)
+        if repo_type == "dataset":
             import datasets
 
             split = spec.get("split")
             if split is None:
                 raise AssetError(f"asset '{name}': a hub dataset needs 'split' (e.g. validation)")
-            ds = datasets.load_dataset(repo, spec.get("hub_config"), split=split, revision=revision)
+            ds = datasets.load_dataset(repo, spec.get("hub_config"), split=split, revision=commit)
             target = export_split(ds, content / f"{split}.jsonl")
             info.update(hub_config=spec.get("hub_config"), split=split)
         else:
@@ -376,16 +468,23 @@ def _from_hub(name: str, spec: Mapping[str, Any], work: Path) -> tuple[Path, dic
 
             if spec.get("filename"):
                 downloaded = huggingface_hub.hf_hub_download(
-                    repo, spec["filename"], revision=revision, local_dir=content
+                    repo, spec["filename"], revision=commit, local_dir=content
                 )
                 target = Path(downloaded)
                 info["filename"] = spec["filename"]
             else:
+                wanted = spec.get("files")
                 target = Path(
                     huggingface_hub.snapshot_download(
-                        repo, revision=revision, local_dir=content / "model"
+                        repo, revision=commit, local_dir=content / "model", allow_patterns=wanted
                     )
                 )
+                missing = [f for f in wanted or [] if not (target / f).is_file()]
+                if missing:
+                    raise AssetError(
+                        f"asset '{name}': '{repo}' at commit {commit} has no {missing}; "
+                        f"check assets.{name}.files"
+                    )
     except AssetError:
         raise
     except (
@@ -396,13 +495,42 @@ def _from_hub(name: str, spec: Mapping[str, Any], work: Path) -> tuple[Path, dic
             f"hub: {type(exc).__name__}: {exc}. On a machine without hub access, download it "
             f"elsewhere and set 'assets.{name}.path' to the local copy"
         ) from None
+    shutil.rmtree(
+        target / HUB_BOOKKEEPING if target.is_dir() else content / HUB_BOOKKEEPING,
+        ignore_errors=True,
+    )
     if target.is_file():
         info["sha256"] = _check_sha(name, target, spec.get("sha256"), "file")
+    hashes = file_hashes(target)
+    info.update(commit=commit, files=hashes)
+    if lock is not None:
+        if entry:
+            _check_against_lock(name, hashes, entry, lock)
+            info["lock"] = str(lock)
+        else:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            write_json(
+                lock,
+                {"name": name, "spec": _locked_spec(spec), "commit": commit, "files": hashes},
+            )
+            info["lock"] = str(lock)
+            log.info(
+                "asset '%s': pinned commit %s and %d files in %s", name, commit, len(hashes), lock
+            )
     return target, info
 
 
-def materialise(name: str, spec: Mapping[str, Any], manifest: str | Path) -> Path:
+def materialise(
+    name: str,
+    spec: Mapping[str, Any],
+    manifest: str | Path,
+    lock_dir: str | Path | None = None,
+) -> Path:
     """Fetch asset ``name`` and write its manifest last; return the materialised path.
+
+    A hub asset is pinned by ``<lock_dir>/<name>.json`` when ``lock_dir`` is given: the
+    first fetch records the commit and every file's sha256 there; later fetches download
+    that commit and fail on any file whose sha256 differs.
 
     Work happens in a temporary folder beside the final one and is moved into place
     only when every check passed, so a failure leaves nothing that looks finished.
@@ -420,7 +548,7 @@ def materialise(name: str, spec: Mapping[str, Any], manifest: str | Path) -> Pat
         elif "path" in spec:
             target, info = _from_path(name, spec)
         elif "hub" in spec:
-            target, info = _from_hub(name, spec, work)
+            target, info = _from_hub(name, spec, work, lock_dir)
         else:
             raise AssetError(f"asset '{name}': no source; give one of 'pypi', 'path', 'hub'")
         if info["source"] != "path":

@@ -60,11 +60,28 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
     model, dataset or encoder) are checked too.
     """
     checked = copy.deepcopy(dict(config))
+    for name, spec in (checked.get("assets") or {}).items():
+        # Checked before defaults are filled in: a hub asset must name its revision.
+        if isinstance(spec, dict) and "hub" in spec and not spec.get("revision"):
+            raise ConfigError(
+                f"config key 'assets.{name}.revision': the hub asset '{spec['hub']}' needs a "
+                "revision: the commit to fetch (40 hex characters, from the repository's "
+                "'Files and versions' page). A branch name such as 'main' is pinned by the "
+                "lock file at the first fetch"
+            )
     errors = sorted(_Validator(load_schema()).iter_errors(checked), key=lambda e: e.path)
     if errors:
         best = jsonschema.exceptions.best_match(errors)
         raise ConfigError(_describe(best))
     assets = checked["assets"]
+    for name, spec in assets.items():
+        if "files" in spec and (
+            "hub" not in spec or spec.get("filename") or spec["repo_type"] == "dataset"
+        ):
+            raise ConfigError(
+                f"config key 'assets.{name}.files' selects files of a hub model snapshot; "
+                "it does not combine with 'filename', a dataset or a non-hub source: remove it"
+            )
 
     def need_asset(key: str, name: str | None) -> None:
         if name is not None and name not in assets:
@@ -80,6 +97,12 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
     need_asset("retrieval.encoder", checked["retrieval"]["encoder"])
     need_asset("contexts.tokenizer", checked["contexts"]["tokenizer"])
     need_asset("ner.asset", checked["ner"]["asset"])
+    need_asset("ner.tokenizer", checked["ner"].get("tokenizer"))
+    if checked["ner"].get("tokenizer") and checked["ner"]["backend"] != "gliner":
+        raise ConfigError(
+            "config key 'ner.tokenizer' applies to the gliner backend only "
+            f"(ner.backend is {checked['ner']['backend']}); remove it"
+        )
     need_asset("nli.asset", checked["nli"]["asset"])
     if checked["nli"]["backend"] == "transformers" and checked["nli"]["asset"] is None:
         raise ConfigError(

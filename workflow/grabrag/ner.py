@@ -13,12 +13,15 @@ offsets, internal type). The internal types are the paper's swap-pool types::
   OntoNotes labels with the same names map 1:1; every other label (DATE, CARDINAL, ...)
   is ignored.
 
-Both load from a local folder only; nothing is fetched from a hub.
+Both load from local folders only; nothing is fetched from a hub (a GLiNER folder without
+its backbone's tokenizer needs the tokenizer asset of ``ner.tokenizer``).
 """
 
 from __future__ import annotations
 
+import json
 import re
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,7 +145,15 @@ def chunk_text(text: str, max_words: int) -> list[tuple[int, str]]:
 
 
 class GlinerNer:
-    """GLiNER from a local model folder, prompted with the eight labels of Table 4."""
+    """GLiNER from a local model folder, prompted with the eight labels of Table 4.
+
+    A GLiNER folder may lack its backbone's tokenizer (and, in older saves, the backbone's
+    config): GLiNER then fetches them from the hub under the backbone's name
+    (``model_name`` in gliner_config.json). Here that is never allowed: such a model
+    needs ``tokenizer_dir``, a local folder with the backbone's tokenizer files and
+    config.json, and is loaded from a view of its folder whose config names that folder
+    as the backbone.
+    """
 
     name = "gliner"
 
@@ -153,6 +164,9 @@ class GlinerNer:
         batch_size: int = 8,
         max_words: int | None = None,
         map_location: str = "cpu",
+        tokenizer_dir: str | Path | None = None,
+        asset: str | None = None,
+        tokenizer_asset: str | None = None,
     ) -> None:
         try:
             from gliner import GLiNER
@@ -164,15 +178,73 @@ class GlinerNer:
         path = Path(model_dir)
         if not path.exists():
             raise AssetError(f"GLiNER model folder {path} does not exist")
-        self.model = GLiNER.from_pretrained(
-            str(path), local_files_only=True, map_location=map_location
-        )
+        config_file = path / "gliner_config.json"
+        if not config_file.is_file():
+            raise AssetError(f"GLiNER model folder {path} has no gliner_config.json")
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        backbone = config.get("model_name")
+        needs = []
+        if not (path / "tokenizer_config.json").is_file():
+            needs.append("tokenizer")
+        if config.get("encoder_config") is None:
+            needs.append("config.json")
+        model = f"asset '{asset}'" if asset else str(path)
+        with tempfile.TemporaryDirectory(prefix="gliner-") as view:
+            if needs:
+                if tokenizer_dir is None:
+                    raise AssetError(
+                        f"GLiNER model {model} has no backbone {' and '.join(needs)} in {path}: "
+                        f"GLiNER would download them from '{backbone}' on the Hugging Face "
+                        "hub, which no asset declares. Declare that repository as an asset "
+                        f"(hub: {backbone}, revision: <commit>, files: [config.json, "
+                        "tokenizer_config.json and the tokenizer's vocabulary files]) and "
+                        "name it in ner.tokenizer"
+                    )
+                source = self._backbone_view(
+                    path, config, Path(tokenizer_dir), Path(view), tokenizer_asset, model
+                )
+            else:
+                source = path
+            self.model = GLiNER.from_pretrained(
+                str(source), local_files_only=True, map_location=map_location
+            )
         self.model.eval()
         self.threshold = threshold
         self.batch_size = batch_size
         # Leave headroom under the model's word limit for the label prompt.
         limit = int(getattr(self.model.config, "max_len", 384) or 384)
         self.max_words = max_words or max(16, min(200, limit - 32))
+
+    @staticmethod
+    def _backbone_view(
+        path: Path,
+        config: dict[str, object],
+        tokenizer_dir: Path,
+        view: Path,
+        tokenizer_asset: str | None,
+        model: str,
+    ) -> Path:
+        """A folder of links to the model's files whose gliner_config.json names the local
+        backbone folder instead of the hub repository."""
+        where = f"asset '{tokenizer_asset}' ({tokenizer_dir})" if tokenizer_asset else tokenizer_dir
+        missing = [
+            name
+            for name in ("tokenizer_config.json", "config.json")
+            if not (tokenizer_dir / name).is_file()
+        ]
+        if missing:
+            raise AssetError(
+                f"ner.tokenizer {where} lacks {', '.join(missing)}: it must hold the "
+                f"tokenizer files and config.json of the backbone "
+                f"'{config.get('model_name')}' of GLiNER model {model}; add them to that "
+                "asset's 'files'"
+            )
+        for item in path.iterdir():
+            if item.name != "gliner_config.json":
+                (view / item.name).symlink_to(item.resolve())
+        staged = dict(config, model_name=str(tokenizer_dir.resolve()))
+        (view / "gliner_config.json").write_text(json.dumps(staged), encoding="utf-8")
+        return view
 
     def predict(self, texts: Sequence[str]) -> list[list[Span]]:
         labels = list(GLINER_LABELS)
@@ -215,8 +287,28 @@ def load_ner(backend: str, path: str | Path, **kwargs: object) -> NerBackend:
     raise ValueError(f"unknown NER backend {backend!r}; known: {', '.join(BACKENDS)}")
 
 
-def load_configured_ner(settings: dict[str, object], path: str | Path) -> NerBackend:
-    """The recogniser of the config's ``ner`` section (GLiNER takes its threshold)."""
+def load_configured_ner(
+    settings: dict[str, object], path: str | Path, tokenizer: str | Path | None = None
+) -> NerBackend:
+    """The recogniser of the config's ``ner`` section (GLiNER takes its threshold and the
+    backbone tokenizer folder of ``ner.tokenizer``)."""
     backend = str(settings["backend"])
-    kwargs = {"threshold": settings["threshold"]} if backend == "gliner" else {}
+    kwargs: dict[str, object] = {}
+    if backend == "gliner":
+        kwargs = {
+            "threshold": settings["threshold"],
+            "tokenizer_dir": tokenizer,
+            "asset": settings.get("asset"),
+            "tokenizer_asset": settings.get("tokenizer"),
+        }
     return load_ner(backend, path, **kwargs)
+
+
+def ner_assets(smk: object) -> tuple[Path, Path | None]:
+    """A NER rule's model folder and, when the rule has one, the backbone tokenizer folder
+    (inputs ``ner`` and ``ner_tokenizer``)."""
+    from .assets import resolve
+
+    inputs = smk.input  # type: ignore[attr-defined]
+    tokenizer = getattr(inputs, "ner_tokenizer", None)
+    return resolve(inputs.ner), resolve(tokenizer) if tokenizer else None

@@ -6,7 +6,7 @@ from grabrag.assets import resolve
 from grabrag.data import ADAPTERS, dataset_gold_texts
 from grabrag.entity_pool import NerCache, build_entity_pool, gold_passage_texts
 from grabrag.io import read_jsonl, write_json
-from grabrag.ner import load_configured_ner
+from grabrag.ner import load_configured_ner, ner_assets
 from grabrag.runner import log, run_rule
 
 
@@ -22,7 +22,7 @@ def main(smk):
         # More passages than the sampled questions' gold: a richer pool for small runs.
         seen = set(texts)
         texts += [t for t in (p["text"] for p in read_jsonl(smk.input.corpus)) if t not in seen]
-    ner = NerCache(load_configured_ner(smk.params.ner, resolve(smk.input.ner)), log=log.info)
+    ner = NerCache(load_configured_ner(smk.params.ner, *ner_assets(smk)), log=log.info)
     pool = build_entity_pool(texts, ner)
     write_json(
         smk.output.pool,

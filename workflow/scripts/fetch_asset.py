@@ -8,7 +8,9 @@ from grabrag.runner import log, run_rule
 
 def main(smk):
     name = smk.wildcards.asset
-    path = materialise(name, smk.params.spec, smk.output.manifest)
+    # Read from the config, not a rule param: where the pins live is no content.
+    lock_dir = smk.config.get("asset_lock_dir")
+    path = materialise(name, smk.params.spec, smk.output.manifest, lock_dir)
     log.info("asset %s materialised at %s", name, path)
 
 

@@ -3,10 +3,9 @@ audit sample for a person to rate."""
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.assets import resolve
 from grabrag.entity_pool import EntityPool, NerCache
 from grabrag.io import read_json, read_jsonl, write_csv, write_json, write_jsonl
-from grabrag.ner import load_configured_ner
+from grabrag.ner import load_configured_ner, ner_assets
 from grabrag.runner import log, run_rule
 from grabrag.swap_audit import (
     SWAP_TABLE_COLUMNS,
@@ -22,7 +21,7 @@ from grabrag.swaps import build_swaps
 def main(smk):
     questions = read_jsonl(smk.input.questions)
     pool = EntityPool.from_dict(read_json(smk.input.pool))
-    ner = NerCache(load_configured_ner(smk.params.ner, resolve(smk.input.ner)), log=log.info)
+    ner = NerCache(load_configured_ner(smk.params.ner, *ner_assets(smk)), log=log.info)
     records, _ = build_swaps(questions, ner, seed=smk.params.seed, pool=pool)
     summary = {
         "dataset": smk.wildcards.dataset,
