@@ -40,6 +40,9 @@ rule all:
         all_targets(),
 
 
+check_script_code()
+
+
 # profiles/default holds local defaults: one GPU job at a time (resources: gpu=1) and this
 # machine's CPUs (cores: all). Snakemake loads it as the workflow profile with
 # `--profile profiles/slurm` too, and a workflow profile wins key by key, so on a cluster

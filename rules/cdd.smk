@@ -41,6 +41,7 @@ rule cdd_generate:
         cdd=stable({k: config["cdd"][k] for k in ("parametric", "diagnostics", "gate")}),
         contract=prompt_contract(),
         checkpoint=lambda wildcards: f"{cdd_dir(wildcards)}/.traces_checkpoint.jsonl",
+        code=script_code("cdd_generate.py"),
     script:
         "../workflow/scripts/cdd_generate.py"
 
@@ -70,6 +71,7 @@ if CDD_BASELINES:
             generation=generation_settings(),
             contract=baseline_contract(),
             checkpoint=lambda wildcards: f"{cdd_dir(wildcards)}/.baselines_checkpoint.jsonl",
+            code=script_code("cdd_baselines.py"),
         script:
             "../workflow/scripts/cdd_baselines.py"
 
@@ -99,6 +101,6 @@ rule cdd_diagnostics:
         conditions=GENERATION_CONDITIONS,
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
-        code=library_code("cdd.py", "cdd_runs.py", "metrics.py", "bootstrap.py"),
+        code=script_code("cdd_diagnostics.py"),
     script:
         "../workflow/scripts/cdd_diagnostics.py"

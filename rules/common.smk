@@ -1,5 +1,6 @@
 # Config validation, wildcard constraints and input functions shared by every stage.
 
+import functools
 import hashlib
 import json
 import re
@@ -9,6 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from grabrag.assets import manifest_path
+from grabrag.codehash import code_hash
 from grabrag.config import validate_config
 from grabrag.contexts import CONDITIONS
 from grabrag.errors import ConfigError
@@ -220,9 +222,10 @@ def evaluator_asset(wildcards):
 
 
 def evaluator_contract():
-    """A hash of the evaluator's prompt, grammar and passage order, passed as a param:
-    editing them reruns the evaluator jobs, editing other EvidentialRAG code (fusion,
-    sweeps) does not."""
+    """A hash of the evaluator's prompt, grammar and passage order, passed as a param that
+    names them in the jobs' metadata. Editing them reruns the evaluator jobs; so does any
+    other code edit in the evaluator script's import closure (the `code` param), which
+    includes the rest of evidential.py."""
     digest = hashlib.sha256()
     parts = (EVALUATOR_SYSTEM, EVALUATOR_RULES, EVALUATOR_FORMAT, EVALUATOR_GRAMMAR, FOLD_ORDER)
     for part in parts:
@@ -278,17 +281,39 @@ def cdd_generation_settings():
     return stable({**settings, "max_tokens": config["cdd"]["step_max_tokens"]})
 
 
-def library_code(*modules):
-    """A content hash of library modules, passed as a param: editing e.g. the plotting code
-    reruns the figures (Snakemake tracks a rule's own script, not the modules it imports).
+SCRIPTS_DIR = Path(workflow.basedir) / "workflow" / "scripts"
+LIBRARY_DIR = Path(workflow.basedir) / "workflow" / "grabrag"
+
+
+@functools.cache
+def script_code(script):
+    """The code a rule's script runs, as a param: a hash of the script and of every module
+    of grabrag that it imports, directly or through other modules (found by reading the
+    imports, grabrag/codehash.py), in a normalised form that comments, layout and
+    docstrings do not change. Snakemake reruns a job when its own script changes, not when
+    a module the script imports does; this param makes an edit of that code rerun the job.
     A hash, not the files as inputs: Snakemake's mtime check did not fire for inputs
-    outside the working directory, and touching a file without changing it reruns nothing."""
-    digest = hashlib.sha256()
-    for module in modules:
-        path = Path(workflow.basedir) / "workflow" / "grabrag" / module
-        digest.update(module.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    outside the working directory, and touching a file without changing it reruns nothing.
+    Each script-running rule passes it (check_script_code, at the end of the Snakefile,
+    makes sure); each module is read and parsed once per `snakemake` call."""
+    return code_hash(SCRIPTS_DIR / script, LIBRARY_DIR)
+
+
+def check_script_code():
+    """Every script-running rule passes `code=script_code(<its script>)`, and every GPU
+    rule writes a benchmark; one added or copied without them is an error at once, not a
+    silent miss."""
+    for each in workflow.rules:
+        if each.script is not None:
+            script = Path(str(each.script)).name
+            code = each.params.get("code") if "code" in each.params.keys() else None
+            if code != script_code(script):
+                raise WorkflowError(
+                    f'{each.name} runs {script}, so its params need code=script_code("{script}")'
+                )
+        gpu = each.resources["gpu"] if "gpu" in each.resources else None
+        if getattr(gpu, "value", gpu) and not each.benchmark:
+            raise WorkflowError(f"{each.name} uses a GPU, so it needs a benchmark file")
 
 
 def table_caption(name):

@@ -27,6 +27,7 @@ rule generate_context_prompts:
             f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/"
             f"{wildcards.condition}/.checkpoint.jsonl"
         ),
+        code=script_code("generate.py"),
     script:
         "../workflow/scripts/generate.py"
 
@@ -52,6 +53,7 @@ rule generate_closed_book:
         checkpoint=lambda wildcards: (
             f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/Qclosed/.checkpoint.jsonl"
         ),
+        code=script_code("generate.py"),
     script:
         "../workflow/scripts/generate.py"
 
@@ -65,5 +67,7 @@ rule generation_report:
         f"{RESULTS}/logs/generation_report/{{model}}/{{dataset}}.log",
     conda:
         GRABRAG_ENV
+    params:
+        code=script_code("generation_report.py"),
     script:
         "../workflow/scripts/generation_report.py"

@@ -22,6 +22,7 @@ rule entity_pool:
         ner=stable(config["ner"]),
         pool_source=config["qc"]["pool"],
         adapter=lambda wildcards: config["datasets"][wildcards.dataset]["adapter"],
+        code=script_code("entity_pool.py"),
     script:
         "../workflow/scripts/entity_pool.py"
 
@@ -45,6 +46,7 @@ rule swaps:
         ner=stable(config["ner"]),
         seed=construction_seed,
         audit_size=config["qc"]["audit_size"],
+        code=script_code("swaps.py"),
     script:
         "../workflow/scripts/swaps.py"
 
@@ -67,6 +69,7 @@ rule qc_contexts:
     params:
         contexts=stable(config["contexts"]),
         seed=construction_seed,
+        code=script_code("qc_contexts.py"),
     script:
         "../workflow/scripts/qc_contexts.py"
 
@@ -91,5 +94,6 @@ rule qx_contexts:
     params:
         contexts=stable(config["contexts"]),
         seed=construction_seed,
+        code=script_code("qx_contexts.py"),
     script:
         "../workflow/scripts/qx_contexts.py"

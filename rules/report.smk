@@ -63,7 +63,7 @@ rule audit_hwsa:
     conda:
         GRABRAG_ENV
     params:
-        code=library_code("metrics.py", "tables.py", "swap_audit.py"),
+        code=script_code("audit_hwsa.py"),
     script:
         "../workflow/scripts/audit_hwsa.py"
 
@@ -88,7 +88,7 @@ rule metrics:
     conda:
         GRABRAG_ENV
     params:
-        code=library_code("metrics.py", "evaluate.py", "bootstrap.py"),
+        code=script_code("metrics.py"),
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
     script:
@@ -115,7 +115,7 @@ rule abstention_over_datasets:
     conda:
         GRABRAG_ENV
     params:
-        code=library_code("metrics.py", "evaluate.py", "bootstrap.py"),
+        code=script_code("abstention_over_datasets.py"),
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
     script:
@@ -196,7 +196,7 @@ rule tables:
                 "seed": config["seed"],
             }
         ),
-        code=library_code("tables.py"),
+        code=script_code("tables.py"),
     script:
         "../workflow/scripts/tables.py"
 
@@ -218,6 +218,6 @@ rule figure:
         GRABRAG_ENV
     params:
         fusion=lambda wildcards: fusion_settings() if wildcards.figure == "lambda_sweep" else {},
-        code=library_code("figures.py"),
+        code=script_code("figure.py"),
     script:
         "../workflow/scripts/figure.py"
