@@ -1,4 +1,6 @@
-# Config validation, wildcard constraints and input functions shared by every stage.
+# Config validation, wildcard constraints and input functions shared by every stage, and
+# the only home of state derived from the config (datasets, policies, tables, ...): the
+# other rule files read it and define none, so their include order does not matter.
 
 import functools
 import hashlib
@@ -10,6 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from grabrag.assets import manifest_path
+from grabrag.cdd_runs import baseline_contract, prompt_contract
 from grabrag.codehash import code_hash
 from grabrag.config import validate_config
 from grabrag.contexts import CONDITIONS
@@ -68,6 +71,70 @@ if config["seed_sensitivity"]:
     SEED_VARIANTS[f"{_sensitivity['dataset']}_seed{_sensitivity['seed']}"] = _sensitivity
 SEED_VARIANT_CONDITIONS = [c for c in ("Q0", "QC") if c in GENERATION_CONDITIONS]
 
+# CDD and CDD_ALPHA both read the CDD traces; the baselines among the configured policies.
+CDD_TRACES = bool({"CDD", "CDD_ALPHA"} & set(CDD_FAMILY))
+CDD_BASELINES = [p for p in CDD_FAMILY if p in ("CAI", "SHAM", "REFLECT", "FILTER")]
+# The CDD tables this config produces (captions: workflow/report/tables/<name>.rst).
+CDD_TABLE_NAMES = []
+if CDD_FAMILY:
+    CDD_TABLE_NAMES.append("cdd_results")
+if CDD_TRACES:
+    CDD_TABLE_NAMES.append("cdd_source_control")
+if CDD_TRACES and config["cdd"]["diagnostics"]:
+    CDD_TABLE_NAMES += ["cdd_sensitivity", "cdd_ablation"]
+
+
+def table_caption(name):
+    """A table's caption, from workflow/report/tables/<name>.rst: the report shows the
+    file, and the Markdown and LaTeX versions of the table carry its text ("\\@" in the
+    file keeps reStructuredText from making "HwSA@QC" an e-mail link)."""
+    path = Path(workflow.basedir) / "workflow" / "report" / "tables" / f"{name}.rst"
+    return " ".join(path.read_text(encoding="utf-8").split()).replace("\\@", "@")
+
+
+# The tables this config produces; each caption is workflow/report/tables/<name>.rst.
+TABLE_NAMES = [
+    "table1_hwsa",
+    "table2_policies",
+    "table3_qc_sources",
+    "table7_hwsa_ci",
+    "table8_fac_ci",
+    "table9_qc_sources",
+    "table10_aurc",
+    "table11_ece",
+    "table12_p3_sweep",
+    "normalised_hwsa",
+    "selection_bias",
+    "parse_failures",
+    # The paper's other outputs: Tables 4 and 5 (NER labels, swap examples), the
+    # confidence-cutoff sweep and the closed-book pass (Appendix F), section 6's aggregates.
+    "table4_ner_labels",
+    "table5_swap_examples",
+    "table12b_cutoff_sweep",
+    "closed_book",
+    "section6_aggregates",
+]
+if "QX" in GENERATION_CONDITIONS:
+    TABLE_NAMES.append("hwsa_conditions")
+if EVID_POLICIES:
+    TABLE_NAMES += [
+        # 15-bin ECE: EvidentialRAG's calibration measure, for comparing EVID with P0-P4.
+        "table11b_ece15",
+        "evid_results",
+        "evid_efficiency",
+        "evid_lambda_sweep",
+        "evid_tau_sweep",
+        "evid_ablation",
+        "evid_evaluator",
+    ]
+# CDD, CDD-alpha and the baselines (rules/cdd.smk).
+TABLE_NAMES += CDD_TABLE_NAMES
+if AUDITED_DATASETS:
+    TABLE_NAMES += ["table6_audit", "audit_quality"]
+if SEED_VARIANTS:
+    TABLE_NAMES.append("table13_seed_sensitivity")
+TABLES = {name: table_caption(name) for name in TABLE_NAMES}
+
 
 def p3_sweep_qc_input(wildcards):
     """P1 at QC for the P3 sweep's HwSA column, when the config has a QC condition."""
@@ -92,6 +159,17 @@ wildcard_constraints:
 def stable(mapping):
     """A key-sorted copy: params compare by value, so reordering the YAML reruns nothing."""
     return json.loads(json.dumps(mapping, sort_keys=True))
+
+
+def model_settings(wildcards):
+    """The model's config entry, as a param of the jobs that load it."""
+    return stable(config["models"][wildcards.model])
+
+
+def checkpoint_in(directory, name):
+    """Param function: the hidden checkpoint file `name` in a job's output folder
+    (`directory` is a function of the wildcards)."""
+    return lambda wildcards: f"{directory(wildcards)}/{name}"
 
 
 def base_dataset(dataset):
@@ -141,6 +219,42 @@ def metric_cells(dataset):
     return [(model, condition) for model in MODELS for condition in GENERATION_CONDITIONS]
 
 
+def decision_file(model, dataset, condition, policy):
+    return f"{RESULTS}/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
+
+
+def metric_decisions(wildcards):
+    """The decision files the metrics of one dataset read."""
+    dataset = wildcards.dataset
+    return [
+        decision_file(model, dataset, condition, policy)
+        for model, condition in metric_cells(dataset)
+        for policy in metric_policies(dataset)
+    ]
+
+
+def metric_contexts(wildcards):
+    """The context files the metrics of one dataset read (each condition once)."""
+    conditions = dict.fromkeys(condition for _, condition in metric_cells(wildcards.dataset))
+    return [f"{RESULTS}/contexts/{wildcards.dataset}/{condition}.jsonl" for condition in conditions]
+
+
+def audit_ratings(wildcards):
+    """The filled QC audit of one dataset (qc.audit_filled)."""
+    return config["qc"]["audit_filled"][wildcards.dataset]
+
+
+def audit_decisions(wildcards):
+    """The Q0 and QC decisions the audit's HwSA recomputes on the clean subset."""
+    return [
+        decision_file(model, wildcards.dataset, condition, policy)
+        for model in MODELS
+        for condition in ("Q0", "QC")
+        if condition in GENERATION_CONDITIONS
+        for policy in dataset_policies(wildcards.dataset)
+    ]
+
+
 def asset_manifest(name):
     """The file target that stands for one materialised asset."""
     return manifest_path(RESOURCES, name)
@@ -175,11 +289,16 @@ def nli_asset(wildcards):
     return asset_manifest(name)
 
 
+def generation_dir(wildcards):
+    return f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}"
+
+
+def closed_book_dir(wildcards):
+    return f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/Qclosed"
+
+
 def generation_cell(wildcards, prompt):
-    return (
-        f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/"
-        f"{wildcards.condition}/{prompt}.jsonl"
-    )
+    return f"{generation_dir(wildcards)}/{prompt}.jsonl"
 
 
 def evidential_dir(wildcards):
@@ -316,14 +435,6 @@ def check_script_code():
             raise WorkflowError(f"{each.name} uses a GPU, so it needs a benchmark file")
 
 
-def table_caption(name):
-    """A table's caption, from workflow/report/tables/<name>.rst: the report shows the
-    file, and the Markdown and LaTeX versions of the table carry its text ("\\@" in the
-    file keeps reStructuredText from making "HwSA@QC" an e-mail link)."""
-    path = Path(workflow.basedir) / "workflow" / "report" / "tables" / f"{name}.rst"
-    return " ".join(path.read_text(encoding="utf-8").split()).replace("\\@", "@")
-
-
 def figure_inputs(wildcards):
     """Figures read the metric tables; curves and diagrams also read the decision rows."""
     if wildcards.figure == "abstention_by_condition":
@@ -344,7 +455,7 @@ def figure_inputs(wildcards):
         )
     if wildcards.figure in ("risk_coverage", "reliability"):
         inputs["decisions"] = [
-            f"{RESULTS}/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
+            decision_file(model, dataset, condition, policy)
             for model in MODELS
             for dataset in DATASETS
             for condition in GENERATION_CONDITIONS

@@ -27,7 +27,7 @@ rule evidential_evaluate:
         generation=generation_settings(),
         max_tokens=config["evidential"]["evaluator_max_tokens"],
         contract=evaluator_contract(),
-        checkpoint=lambda wildcards: f"{evidential_dir(wildcards)}/.evaluate_checkpoint.jsonl",
+        checkpoint=checkpoint_in(evidential_dir, ".evaluate_checkpoint.jsonl"),
         code=script_code("evidential_evaluate.py"),
     script:
         "../workflow/scripts/evidential_evaluate.py"
@@ -55,11 +55,11 @@ rule evidential_generate:
     resources:
         gpu=1,
     params:
-        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        model=model_settings,
         generation=generation_settings(),
         fusion=fusion_settings(),
         code=script_code("evidential_generate.py"),
-        checkpoint=lambda wildcards: f"{evidential_dir(wildcards)}/.generate_checkpoint.jsonl",
+        checkpoint=checkpoint_in(evidential_dir, ".generate_checkpoint.jsonl"),
     script:
         "../workflow/scripts/evidential_generate.py"
 

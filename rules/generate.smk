@@ -21,12 +21,9 @@ rule generate_context_prompts:
     resources:
         gpu=1,
     params:
-        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        model=model_settings,
         generation=generation_settings(),
-        checkpoint=lambda wildcards: (
-            f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/"
-            f"{wildcards.condition}/.checkpoint.jsonl"
-        ),
+        checkpoint=checkpoint_in(generation_dir, ".checkpoint.jsonl"),
         code=script_code("generate.py"),
     script:
         "../workflow/scripts/generate.py"
@@ -48,11 +45,9 @@ rule generate_closed_book:
     resources:
         gpu=1,
     params:
-        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        model=model_settings,
         generation=generation_settings(),
-        checkpoint=lambda wildcards: (
-            f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/Qclosed/.checkpoint.jsonl"
-        ),
+        checkpoint=checkpoint_in(closed_book_dir, ".checkpoint.jsonl"),
         code=script_code("generate.py"),
     script:
         "../workflow/scripts/generate.py"

@@ -20,7 +20,7 @@ rule nli:
         gpu=1,
     params:
         nli=stable(config["nli"]),
-        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        model=model_settings,
         cutoff=config["policies"]["confidence_cutoff"],
         seed=config["generation"]["seed"],
         code=script_code("nli.py"),
