@@ -40,7 +40,8 @@ rule all:
         all_targets(),
 
 
-check_script_code()
+# Every rule that runs a script passes its code hash, every GPU rule writes a benchmark.
+check_rules()
 
 
 # profiles/default holds local defaults: one GPU job at a time (resources: gpu=1) and this

@@ -413,12 +413,12 @@ def script_code(script):
     a module the script imports does; this param makes an edit of that code rerun the job.
     A hash, not the files as inputs: Snakemake's mtime check did not fire for inputs
     outside the working directory, and touching a file without changing it reruns nothing.
-    Each script-running rule passes it (check_script_code, at the end of the Snakefile,
+    Each script-running rule passes it (check_rules, called at the end of the Snakefile,
     makes sure); each module is read and parsed once per `snakemake` call."""
     return code_hash(SCRIPTS_DIR / script, LIBRARY_DIR)
 
 
-def check_script_code():
+def check_rules():
     """Every script-running rule passes `code=script_code(<its script>)`, and every GPU
     rule writes a benchmark; one added or copied without them is an error at once, not a
     silent miss."""
