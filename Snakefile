@@ -40,6 +40,10 @@ rule all:
         all_targets(),
 
 
+# Every rule that runs a script passes its code hash, every GPU rule writes a benchmark.
+check_rules()
+
+
 # profiles/default holds local defaults: one GPU job at a time (resources: gpu=1) and this
 # machine's CPUs (cores: all). Snakemake loads it as the workflow profile with
 # `--profile profiles/slurm` too, and a workflow profile wins key by key, so on a cluster

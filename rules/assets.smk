@@ -18,5 +18,6 @@ rule fetch_asset:
         downloads=1,
     params:
         spec=lambda wildcards: stable(config["assets"][wildcards.asset]),
+        code=script_code("fetch_asset.py"),
     script:
         "../workflow/scripts/fetch_asset.py"

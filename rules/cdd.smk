@@ -4,20 +4,6 @@
 # another the four baseline prompts; the policy rule (rules/policies.smk) turns the stored
 # rows into decisions without any LLM call, and cdd_diagnostics summarises them.
 
-from grabrag.cdd_runs import baseline_contract, prompt_contract
-
-# CDD and CDD_ALPHA both read the CDD traces; the baselines among the configured policies.
-CDD_TRACES = bool({"CDD", "CDD_ALPHA"} & set(CDD_FAMILY))
-CDD_BASELINES = [p for p in CDD_FAMILY if p in ("CAI", "SHAM", "REFLECT", "FILTER")]
-# The CDD tables this config produces (captions: workflow/report/tables/<name>.rst).
-CDD_TABLE_NAMES = []
-if CDD_FAMILY:
-    CDD_TABLE_NAMES.append("cdd_results")
-if CDD_TRACES:
-    CDD_TABLE_NAMES.append("cdd_source_control")
-if CDD_TRACES and config["cdd"]["diagnostics"]:
-    CDD_TABLE_NAMES += ["cdd_sensitivity", "cdd_ablation"]
-
 
 rule cdd_generate:
     input:
@@ -36,11 +22,12 @@ rule cdd_generate:
     resources:
         gpu=1,
     params:
-        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        model=model_settings,
         generation=cdd_generation_settings(),
         cdd=stable({k: config["cdd"][k] for k in ("parametric", "diagnostics", "gate")}),
         contract=prompt_contract(),
-        checkpoint=lambda wildcards: f"{cdd_dir(wildcards)}/.traces_checkpoint.jsonl",
+        checkpoint=checkpoint_in(cdd_dir, ".traces_checkpoint.jsonl"),
+        code=script_code("cdd_generate.py"),
     script:
         "../workflow/scripts/cdd_generate.py"
 
@@ -66,10 +53,11 @@ if CDD_BASELINES:
         resources:
             gpu=1,
         params:
-            model=lambda wildcards: stable(config["models"][wildcards.model]),
+            model=model_settings,
             generation=generation_settings(),
             contract=baseline_contract(),
-            checkpoint=lambda wildcards: f"{cdd_dir(wildcards)}/.baselines_checkpoint.jsonl",
+            checkpoint=checkpoint_in(cdd_dir, ".baselines_checkpoint.jsonl"),
+            code=script_code("cdd_baselines.py"),
         script:
             "../workflow/scripts/cdd_baselines.py"
 
@@ -99,6 +87,6 @@ rule cdd_diagnostics:
         conditions=GENERATION_CONDITIONS,
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
-        code=library_code("cdd.py", "cdd_runs.py", "metrics.py", "bootstrap.py"),
+        code=script_code("cdd_diagnostics.py"),
     script:
         "../workflow/scripts/cdd_diagnostics.py"

@@ -1,5 +1,8 @@
-# Config validation, wildcard constraints and input functions shared by every stage.
+# Config validation, wildcard constraints and input functions shared by every stage, and
+# the only home of state derived from the config (datasets, policies, tables, ...): the
+# other rule files read it and define none, so their include order does not matter.
 
+import functools
 import hashlib
 import json
 import re
@@ -9,6 +12,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from grabrag.assets import manifest_path
+from grabrag.cdd_runs import baseline_contract, prompt_contract
+from grabrag.codehash import code_hash
 from grabrag.config import validate_config
 from grabrag.contexts import CONDITIONS
 from grabrag.errors import ConfigError
@@ -66,6 +71,70 @@ if config["seed_sensitivity"]:
     SEED_VARIANTS[f"{_sensitivity['dataset']}_seed{_sensitivity['seed']}"] = _sensitivity
 SEED_VARIANT_CONDITIONS = [c for c in ("Q0", "QC") if c in GENERATION_CONDITIONS]
 
+# CDD and CDD_ALPHA both read the CDD traces; the baselines among the configured policies.
+CDD_TRACES = bool({"CDD", "CDD_ALPHA"} & set(CDD_FAMILY))
+CDD_BASELINES = [p for p in CDD_FAMILY if p in ("CAI", "SHAM", "REFLECT", "FILTER")]
+# The CDD tables this config produces (captions: workflow/report/tables/<name>.rst).
+CDD_TABLE_NAMES = []
+if CDD_FAMILY:
+    CDD_TABLE_NAMES.append("cdd_results")
+if CDD_TRACES:
+    CDD_TABLE_NAMES.append("cdd_source_control")
+if CDD_TRACES and config["cdd"]["diagnostics"]:
+    CDD_TABLE_NAMES += ["cdd_sensitivity", "cdd_ablation"]
+
+
+def table_caption(name):
+    """A table's caption, from workflow/report/tables/<name>.rst: the report shows the
+    file, and the Markdown and LaTeX versions of the table carry its text ("\\@" in the
+    file keeps reStructuredText from making "HwSA@QC" an e-mail link)."""
+    path = Path(workflow.basedir) / "workflow" / "report" / "tables" / f"{name}.rst"
+    return " ".join(path.read_text(encoding="utf-8").split()).replace("\\@", "@")
+
+
+# The tables this config produces; each caption is workflow/report/tables/<name>.rst.
+TABLE_NAMES = [
+    "table1_hwsa",
+    "table2_policies",
+    "table3_qc_sources",
+    "table7_hwsa_ci",
+    "table8_fac_ci",
+    "table9_qc_sources",
+    "table10_aurc",
+    "table11_ece",
+    "table12_p3_sweep",
+    "normalised_hwsa",
+    "selection_bias",
+    "parse_failures",
+    # The paper's other outputs: Tables 4 and 5 (NER labels, swap examples), the
+    # confidence-cutoff sweep and the closed-book pass (Appendix F), section 6's aggregates.
+    "table4_ner_labels",
+    "table5_swap_examples",
+    "table12b_cutoff_sweep",
+    "closed_book",
+    "section6_aggregates",
+]
+if "QX" in GENERATION_CONDITIONS:
+    TABLE_NAMES.append("hwsa_conditions")
+if EVID_POLICIES:
+    TABLE_NAMES += [
+        # 15-bin ECE: EvidentialRAG's calibration measure, for comparing EVID with P0-P4.
+        "table11b_ece15",
+        "evid_results",
+        "evid_efficiency",
+        "evid_lambda_sweep",
+        "evid_tau_sweep",
+        "evid_ablation",
+        "evid_evaluator",
+    ]
+# CDD, CDD-alpha and the baselines (rules/cdd.smk).
+TABLE_NAMES += CDD_TABLE_NAMES
+if AUDITED_DATASETS:
+    TABLE_NAMES += ["table6_audit", "audit_quality"]
+if SEED_VARIANTS:
+    TABLE_NAMES.append("table13_seed_sensitivity")
+TABLES = {name: table_caption(name) for name in TABLE_NAMES}
+
 
 def p3_sweep_qc_input(wildcards):
     """P1 at QC for the P3 sweep's HwSA column, when the config has a QC condition."""
@@ -90,6 +159,17 @@ wildcard_constraints:
 def stable(mapping):
     """A key-sorted copy: params compare by value, so reordering the YAML reruns nothing."""
     return json.loads(json.dumps(mapping, sort_keys=True))
+
+
+def model_settings(wildcards):
+    """The model's config entry, as a param of the jobs that load it."""
+    return stable(config["models"][wildcards.model])
+
+
+def checkpoint_in(directory, name):
+    """Param function: the hidden checkpoint file `name` in a job's output folder
+    (`directory` is a function of the wildcards)."""
+    return lambda wildcards: f"{directory(wildcards)}/{name}"
 
 
 def base_dataset(dataset):
@@ -139,6 +219,42 @@ def metric_cells(dataset):
     return [(model, condition) for model in MODELS for condition in GENERATION_CONDITIONS]
 
 
+def decision_file(model, dataset, condition, policy):
+    return f"{RESULTS}/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
+
+
+def metric_decisions(wildcards):
+    """The decision files the metrics of one dataset read."""
+    dataset = wildcards.dataset
+    return [
+        decision_file(model, dataset, condition, policy)
+        for model, condition in metric_cells(dataset)
+        for policy in metric_policies(dataset)
+    ]
+
+
+def metric_contexts(wildcards):
+    """The context files the metrics of one dataset read (each condition once)."""
+    conditions = dict.fromkeys(condition for _, condition in metric_cells(wildcards.dataset))
+    return [f"{RESULTS}/contexts/{wildcards.dataset}/{condition}.jsonl" for condition in conditions]
+
+
+def audit_ratings(wildcards):
+    """The filled QC audit of one dataset (qc.audit_filled)."""
+    return config["qc"]["audit_filled"][wildcards.dataset]
+
+
+def audit_decisions(wildcards):
+    """The Q0 and QC decisions the audit's HwSA recomputes on the clean subset."""
+    return [
+        decision_file(model, wildcards.dataset, condition, policy)
+        for model in MODELS
+        for condition in ("Q0", "QC")
+        if condition in GENERATION_CONDITIONS
+        for policy in dataset_policies(wildcards.dataset)
+    ]
+
+
 def asset_manifest(name):
     """The file target that stands for one materialised asset."""
     return manifest_path(RESOURCES, name)
@@ -173,11 +289,16 @@ def nli_asset(wildcards):
     return asset_manifest(name)
 
 
+def generation_dir(wildcards):
+    return f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}"
+
+
+def closed_book_dir(wildcards):
+    return f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/Qclosed"
+
+
 def generation_cell(wildcards, prompt):
-    return (
-        f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/"
-        f"{wildcards.condition}/{prompt}.jsonl"
-    )
+    return f"{generation_dir(wildcards)}/{prompt}.jsonl"
 
 
 def evidential_dir(wildcards):
@@ -220,9 +341,10 @@ def evaluator_asset(wildcards):
 
 
 def evaluator_contract():
-    """A hash of the evaluator's prompt, grammar and passage order, passed as a param:
-    editing them reruns the evaluator jobs, editing other EvidentialRAG code (fusion,
-    sweeps) does not."""
+    """A hash of the evaluator's prompt, grammar and passage order, passed as a param that
+    names them in the jobs' metadata. Editing them reruns the evaluator jobs; so does any
+    other code edit in the evaluator script's import closure (the `code` param), which
+    includes the rest of evidential.py."""
     digest = hashlib.sha256()
     parts = (EVALUATOR_SYSTEM, EVALUATOR_RULES, EVALUATOR_FORMAT, EVALUATOR_GRAMMAR, FOLD_ORDER)
     for part in parts:
@@ -278,25 +400,39 @@ def cdd_generation_settings():
     return stable({**settings, "max_tokens": config["cdd"]["step_max_tokens"]})
 
 
-def library_code(*modules):
-    """A content hash of library modules, passed as a param: editing e.g. the plotting code
-    reruns the figures (Snakemake tracks a rule's own script, not the modules it imports).
+SCRIPTS_DIR = Path(workflow.basedir) / "workflow" / "scripts"
+LIBRARY_DIR = Path(workflow.basedir) / "workflow" / "grabrag"
+
+
+@functools.cache
+def script_code(script):
+    """The code a rule's script runs, as a param: a hash of the script and of every module
+    of grabrag that it imports, directly or through other modules (found by reading the
+    imports, grabrag/codehash.py), in a normalised form that comments, layout and
+    docstrings do not change. Snakemake reruns a job when its own script changes, not when
+    a module the script imports does; this param makes an edit of that code rerun the job.
     A hash, not the files as inputs: Snakemake's mtime check did not fire for inputs
-    outside the working directory, and touching a file without changing it reruns nothing."""
-    digest = hashlib.sha256()
-    for module in modules:
-        path = Path(workflow.basedir) / "workflow" / "grabrag" / module
-        digest.update(module.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    outside the working directory, and touching a file without changing it reruns nothing.
+    Each script-running rule passes it (check_rules, called at the end of the Snakefile,
+    makes sure); each module is read and parsed once per `snakemake` call."""
+    return code_hash(SCRIPTS_DIR / script, LIBRARY_DIR)
 
 
-def table_caption(name):
-    """A table's caption, from workflow/report/tables/<name>.rst: the report shows the
-    file, and the Markdown and LaTeX versions of the table carry its text ("\\@" in the
-    file keeps reStructuredText from making "HwSA@QC" an e-mail link)."""
-    path = Path(workflow.basedir) / "workflow" / "report" / "tables" / f"{name}.rst"
-    return " ".join(path.read_text(encoding="utf-8").split()).replace("\\@", "@")
+def check_rules():
+    """Every script-running rule passes `code=script_code(<its script>)`, and every GPU
+    rule writes a benchmark; one added or copied without them is an error at once, not a
+    silent miss."""
+    for each in workflow.rules:
+        if each.script is not None:
+            script = Path(str(each.script)).name
+            code = each.params.get("code") if "code" in each.params.keys() else None
+            if code != script_code(script):
+                raise WorkflowError(
+                    f'{each.name} runs {script}, so its params need code=script_code("{script}")'
+                )
+        gpu = each.resources["gpu"] if "gpu" in each.resources else None
+        if getattr(gpu, "value", gpu) and not each.benchmark:
+            raise WorkflowError(f"{each.name} uses a GPU, so it needs a benchmark file")
 
 
 def figure_inputs(wildcards):
@@ -319,7 +455,7 @@ def figure_inputs(wildcards):
         )
     if wildcards.figure in ("risk_coverage", "reliability"):
         inputs["decisions"] = [
-            f"{RESULTS}/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
+            decision_file(model, dataset, condition, policy)
             for model in MODELS
             for dataset in DATASETS
             for condition in GENERATION_CONDITIONS

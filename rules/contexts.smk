@@ -21,5 +21,6 @@ rule build_contexts:
         contexts=stable(config["contexts"]),
         seed=construction_seed,
         tokenizer=tokenizer_asset(),
+        code=script_code("build_contexts.py"),
     script:
         "../workflow/scripts/build_contexts.py"

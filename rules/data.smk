@@ -15,5 +15,6 @@ rule prepare_data:
     params:
         dataset=lambda wildcards: stable(config["datasets"][wildcards.dataset]),
         seed=config["seed"],
+        code=script_code("prepare_data.py"),
     script:
         "../workflow/scripts/prepare_data.py"

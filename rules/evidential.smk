@@ -27,7 +27,8 @@ rule evidential_evaluate:
         generation=generation_settings(),
         max_tokens=config["evidential"]["evaluator_max_tokens"],
         contract=evaluator_contract(),
-        checkpoint=lambda wildcards: f"{evidential_dir(wildcards)}/.evaluate_checkpoint.jsonl",
+        checkpoint=checkpoint_in(evidential_dir, ".evaluate_checkpoint.jsonl"),
+        code=script_code("evidential_evaluate.py"),
     script:
         "../workflow/scripts/evidential_evaluate.py"
 
@@ -54,11 +55,11 @@ rule evidential_generate:
     resources:
         gpu=1,
     params:
-        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        model=model_settings,
         generation=generation_settings(),
         fusion=fusion_settings(),
-        code=library_code("evidential.py"),
-        checkpoint=lambda wildcards: f"{evidential_dir(wildcards)}/.generate_checkpoint.jsonl",
+        code=script_code("evidential_generate.py"),
+        checkpoint=checkpoint_in(evidential_dir, ".generate_checkpoint.jsonl"),
     script:
         "../workflow/scripts/evidential_generate.py"
 
@@ -83,7 +84,7 @@ rule evidential_sweep:
     params:
         fusion=fusion_settings(),
         grid=stable({k: config["evidential"][k] for k in ("lambda_grid", "tau_grid")}),
-        code=library_code("evidential.py", "evidential_runs.py", "metrics.py"),
+        code=script_code("evidential_sweep.py"),
     script:
         "../workflow/scripts/evidential_sweep.py"
 
@@ -113,6 +114,6 @@ rule evidential_efficiency:
         GRABRAG_ENV
     params:
         conditions=GENERATION_CONDITIONS,
-        code=library_code("evidential_runs.py"),
+        code=script_code("evidential_efficiency.py"),
     script:
         "../workflow/scripts/evidential_efficiency.py"

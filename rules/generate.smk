@@ -21,12 +21,10 @@ rule generate_context_prompts:
     resources:
         gpu=1,
     params:
-        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        model=model_settings,
         generation=generation_settings(),
-        checkpoint=lambda wildcards: (
-            f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/"
-            f"{wildcards.condition}/.checkpoint.jsonl"
-        ),
+        checkpoint=checkpoint_in(generation_dir, ".checkpoint.jsonl"),
+        code=script_code("generate.py"),
     script:
         "../workflow/scripts/generate.py"
 
@@ -47,11 +45,10 @@ rule generate_closed_book:
     resources:
         gpu=1,
     params:
-        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        model=model_settings,
         generation=generation_settings(),
-        checkpoint=lambda wildcards: (
-            f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/Qclosed/.checkpoint.jsonl"
-        ),
+        checkpoint=checkpoint_in(closed_book_dir, ".checkpoint.jsonl"),
+        code=script_code("generate.py"),
     script:
         "../workflow/scripts/generate.py"
 
@@ -65,5 +62,7 @@ rule generation_report:
         f"{RESULTS}/logs/generation_report/{{model}}/{{dataset}}.log",
     conda:
         GRABRAG_ENV
+    params:
+        code=script_code("generation_report.py"),
     script:
         "../workflow/scripts/generation_report.py"

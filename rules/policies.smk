@@ -20,9 +20,10 @@ rule nli:
         gpu=1,
     params:
         nli=stable(config["nli"]),
-        model=lambda wildcards: stable(config["models"][wildcards.model]),
+        model=model_settings,
         cutoff=config["policies"]["confidence_cutoff"],
         seed=config["generation"]["seed"],
+        code=script_code("nli.py"),
     script:
         "../workflow/scripts/nli.py"
 
@@ -44,6 +45,7 @@ rule policy:
             config["cdd"]["gate_threshold"] if wildcards.policy == "CDD_ALPHA" else None
         ),
         gate=lambda wildcards: config["cdd"]["gate"] if wildcards.policy == "CDD_ALPHA" else None,
+        code=script_code("policy.py"),
     script:
         "../workflow/scripts/policy.py"
 
@@ -61,5 +63,7 @@ rule p3_sweep:
         f"{RESULTS}/logs/p3_sweep/{{model}}/{{dataset}}.log",
     conda:
         GRABRAG_ENV
+    params:
+        code=script_code("p3_sweep.py"),
     script:
         "../workflow/scripts/p3_sweep.py"

@@ -29,6 +29,7 @@ rule entity_pool:
         ner=stable(config["ner"]),
         pool_source=config["qc"]["pool"],
         adapter=lambda wildcards: config["datasets"][wildcards.dataset]["adapter"],
+        code=script_code("entity_pool.py"),
     script:
         "../workflow/scripts/entity_pool.py"
 
@@ -53,6 +54,7 @@ rule swaps:
         ner=stable(config["ner"]),
         seed=construction_seed,
         audit_size=config["qc"]["audit_size"],
+        code=script_code("swaps.py"),
     script:
         "../workflow/scripts/swaps.py"
 
@@ -75,6 +77,7 @@ rule qc_contexts:
     params:
         contexts=stable(config["contexts"]),
         seed=construction_seed,
+        code=script_code("qc_contexts.py"),
     script:
         "../workflow/scripts/qc_contexts.py"
 
@@ -99,5 +102,6 @@ rule qx_contexts:
     params:
         contexts=stable(config["contexts"]),
         seed=construction_seed,
+        code=script_code("qx_contexts.py"),
     script:
         "../workflow/scripts/qx_contexts.py"

@@ -1,61 +1,12 @@
 # Stage 7-8: metrics with paired bootstrap CIs, the paper's tables and figures.
 # Editing `bootstrap:` reruns metrics, tables and figures only; plotting code, figures only.
 
-# The tables this config produces; each caption is workflow/report/tables/<name>.rst.
-TABLE_NAMES = [
-    "table1_hwsa",
-    "table2_policies",
-    "table3_qc_sources",
-    "table7_hwsa_ci",
-    "table8_fac_ci",
-    "table9_qc_sources",
-    "table10_aurc",
-    "table11_ece",
-    "table12_p3_sweep",
-    "normalised_hwsa",
-    "selection_bias",
-    "parse_failures",
-    # The paper's other outputs: Tables 4 and 5 (NER labels, swap examples), the
-    # confidence-cutoff sweep and the closed-book pass (Appendix F), section 6's aggregates.
-    "table4_ner_labels",
-    "table5_swap_examples",
-    "table12b_cutoff_sweep",
-    "closed_book",
-    "section6_aggregates",
-]
-if "QX" in GENERATION_CONDITIONS:
-    TABLE_NAMES.append("hwsa_conditions")
-if EVID_POLICIES:
-    TABLE_NAMES += [
-        # 15-bin ECE: EvidentialRAG's calibration measure, for comparing EVID with P0-P4.
-        "table11b_ece15",
-        "evid_results",
-        "evid_efficiency",
-        "evid_lambda_sweep",
-        "evid_tau_sweep",
-        "evid_ablation",
-        "evid_evaluator",
-    ]
-# CDD, CDD-alpha and the baselines (rules/cdd.smk, included before this file).
-TABLE_NAMES += CDD_TABLE_NAMES
-if AUDITED_DATASETS:
-    TABLE_NAMES += ["table6_audit", "audit_quality"]
-if SEED_VARIANTS:
-    TABLE_NAMES.append("table13_seed_sensitivity")
-TABLES = {name: table_caption(name) for name in TABLE_NAMES}
-
 
 rule audit_hwsa:
     input:
-        audit=lambda wildcards: config["qc"]["audit_filled"][wildcards.dataset],
+        audit=audit_ratings,
         qc_contexts=f"{RESULTS}/contexts/{{dataset}}/QC.jsonl",
-        decisions=lambda wildcards: [
-            f"{RESULTS}/policies/{model}/{wildcards.dataset}/{condition}/{policy}.jsonl"
-            for model in MODELS
-            for condition in ("Q0", "QC")
-            if condition in GENERATION_CONDITIONS
-            for policy in dataset_policies(wildcards.dataset)
-        ],
+        decisions=audit_decisions,
     output:
         table=f"{RESULTS}/qc/{{dataset}}/audit_hwsa.csv",
     log:
@@ -63,24 +14,15 @@ rule audit_hwsa:
     conda:
         GRABRAG_ENV
     params:
-        code=library_code("metrics.py", "tables.py", "swap_audit.py"),
+        code=script_code("audit_hwsa.py"),
     script:
         "../workflow/scripts/audit_hwsa.py"
 
 
 rule metrics:
     input:
-        decisions=lambda wildcards: [
-            f"{RESULTS}/policies/{model}/{wildcards.dataset}/{condition}/{policy}.jsonl"
-            for model, condition in metric_cells(wildcards.dataset)
-            for policy in metric_policies(wildcards.dataset)
-        ],
-        contexts=lambda wildcards: list(
-            dict.fromkeys(
-                f"{RESULTS}/contexts/{wildcards.dataset}/{condition}.jsonl"
-                for _, condition in metric_cells(wildcards.dataset)
-            )
-        ),
+        decisions=metric_decisions,
+        contexts=metric_contexts,
     output:
         metrics=f"{RESULTS}/metrics/{{dataset}}.csv",
     log:
@@ -88,7 +30,7 @@ rule metrics:
     conda:
         GRABRAG_ENV
     params:
-        code=library_code("metrics.py", "evaluate.py", "bootstrap.py"),
+        code=script_code("metrics.py"),
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
     script:
@@ -98,7 +40,7 @@ rule metrics:
 rule abstention_over_datasets:
     input:
         decisions=[
-            f"{RESULTS}/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
+            decision_file(model, dataset, condition, policy)
             for dataset in DATASETS
             for model, condition in metric_cells(dataset)
             for policy in dataset_policies(dataset)
@@ -115,7 +57,7 @@ rule abstention_over_datasets:
     conda:
         GRABRAG_ENV
     params:
-        code=library_code("metrics.py", "evaluate.py", "bootstrap.py"),
+        code=script_code("abstention_over_datasets.py"),
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
     script:
@@ -196,7 +138,7 @@ rule tables:
                 "seed": config["seed"],
             }
         ),
-        code=library_code("tables.py"),
+        code=script_code("tables.py"),
     script:
         "../workflow/scripts/tables.py"
 
@@ -218,6 +160,6 @@ rule figure:
         GRABRAG_ENV
     params:
         fusion=lambda wildcards: fusion_settings() if wildcards.figure == "lambda_sweep" else {},
-        code=library_code("figures.py"),
+        code=script_code("figure.py"),
     script:
         "../workflow/scripts/figure.py"

@@ -15,6 +15,7 @@ rule embed_corpus:
     params:
         encoder=config["retrieval"]["encoder"],
         batch_size=config["retrieval"]["batch_size"],
+        code=script_code("embed_corpus.py"),
     script:
         "../workflow/scripts/embed_corpus.py"
 
@@ -37,5 +38,6 @@ rule retrieve:
         dense_weight=config["retrieval"]["dense_weight"],
         n_candidates=config["retrieval"]["n_candidates"],
         n_hard_negatives=config["retrieval"]["n_hard_negatives"],
+        code=script_code("retrieve.py"),
     script:
         "../workflow/scripts/retrieve.py"

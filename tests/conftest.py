@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -107,6 +109,42 @@ def snakemake(
             f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-6000:]}"
         )
     return proc
+
+
+def planned_jobs(dry_run_output: str) -> dict[str, int]:
+    """The 'Job stats' table of a dry run, as {rule: count} ({} when nothing is to be done)."""
+    if "Job stats:" not in dry_run_output:
+        assert "Nothing to be done" in dry_run_output, dry_run_output
+        return {}
+    table = dry_run_output.split("Job stats:", 1)[1].split("Reasons:", 1)[0]
+    jobs = {}
+    for line in table.splitlines():
+        match = re.fullmatch(r"(\w+)\s+(\d+)", line.strip())
+        if match and match.group(1) != "total":
+            jobs[match.group(1)] = int(match.group(2))
+    return jobs
+
+
+def copy_run(tiny_run: Path, workdir: Path) -> None:
+    """The finished run's results and Snakemake metadata, to plan or rerun against."""
+    shutil.copytree(tiny_run / "results", workdir / "results", dirs_exist_ok=True)
+    shutil.copytree(
+        tiny_run / ".snakemake",
+        workdir / ".snakemake",
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("locks", "incomplete"),
+    )
+
+
+def copy_workflow(dest: Path) -> Path:
+    """A copy of the workflow's source (Snakefile, rules, library, scripts, envs) to edit;
+    the copy's own `grabrag` is the one its rules hash. Returns `dest`."""
+    dest.mkdir(parents=True)
+    for part in ("Snakefile", "config.yaml"):
+        shutil.copy2(REPO / part, dest / part)
+    for part in ("rules", "workflow", "envs", "profiles"):
+        shutil.copytree(REPO / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
 
 
 @pytest.fixture(scope="session")

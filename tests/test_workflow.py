@@ -18,7 +18,15 @@ import yaml
 from grabrag.contexts import CONDITIONS
 from grabrag.io import read_jsonl
 
-from .conftest import REPO, TINY, snakemake, snakemake_command
+from .conftest import (
+    REPO,
+    TINY,
+    copy_run,
+    copy_workflow,
+    planned_jobs,
+    snakemake,
+    snakemake_command,
+)
 
 pytestmark = pytest.mark.integration
 DATASETS = ("squad", "nq_bigbench")
@@ -94,20 +102,6 @@ def _outputs(root: Path) -> dict[str, bytes]:
         for p in sorted(results.rglob("*"))
         if p.is_file() and "logs" not in p.parts and "benchmarks" not in p.parts
     }
-
-
-def planned_jobs(dry_run_output: str) -> dict[str, int]:
-    """The 'Job stats' table of a dry run, as {rule: count} ({} when nothing is to be done)."""
-    if "Job stats:" not in dry_run_output:
-        assert "Nothing to be done" in dry_run_output, dry_run_output
-        return {}
-    table = dry_run_output.split("Job stats:", 1)[1].split("Reasons:", 1)[0]
-    jobs = {}
-    for line in table.splitlines():
-        match = re.fullmatch(r"(\w+)\s+(\d+)", line.strip())
-        if match and match.group(1) != "total":
-            jobs[match.group(1)] = int(match.group(2))
-    return jobs
 
 
 def test_run_builds_every_condition(tiny_run: Path) -> None:
@@ -384,16 +378,6 @@ def test_filled_audit_recomputes_hwsa_on_the_clean_subset(tiny_run: Path, tmp_pa
     assert "broken" in examples and "fluent" in examples  # grouped by the audit's ratings
 
 
-def _copy_run(tiny_run: Path, workdir: Path) -> None:
-    shutil.copytree(tiny_run / "results", workdir / "results", dirs_exist_ok=True)
-    shutil.copytree(
-        tiny_run / ".snakemake",
-        workdir / ".snakemake",
-        dirs_exist_ok=True,
-        ignore=shutil.ignore_patterns("locks", "incomplete"),
-    )
-
-
 def test_policy_cells_and_their_rules(tiny_run: Path) -> None:
     for dataset in DATASETS:
         base = tiny_run / f"results/policies/{MODEL}/{dataset}"
@@ -433,7 +417,7 @@ def test_p3_sweep_grid(tiny_run: Path) -> None:
 def test_policy_jobs_make_no_llm_call(tiny_run: Path, tmp_path: Path) -> None:
     """Rerun every policy job with llama_cpp made unimportable: they must all succeed,
     and no generation or NLI job may be scheduled."""
-    _copy_run(tiny_run, tmp_path)
+    copy_run(tiny_run, tmp_path)
     poison = tmp_path / "poison" / "llama_cpp"
     poison.mkdir(parents=True)
     (poison / "__init__.py").write_text("raise ImportError('a policy job tried to load the LLM')\n")
@@ -547,7 +531,7 @@ def test_seed_sensitivity_variant_and_table13(tiny_run: Path) -> None:
 
 
 def test_report_stage_is_incremental(tiny_run: Path, tmp_path: Path) -> None:
-    _copy_run(tiny_run, tmp_path)
+    copy_run(tiny_run, tmp_path)
     # one figure named as a target: only that figure
     (tmp_path / "results/figures/p3_sweep.pdf").unlink()
     plan = snakemake(tmp_path, "-n", "results/figures/p3_sweep.pdf").stdout
@@ -568,24 +552,19 @@ def test_report_stage_is_incremental(tiny_run: Path, tmp_path: Path) -> None:
         "all": 1,
     }, plan
     # the plotting code, edited in a copy of the workflow: figures only; touching it
-    # without a change reruns nothing
-    source = tmp_path / "workflow_copy"
-    source.mkdir()
-    for part in ("Snakefile", "config.yaml"):
-        shutil.copy(REPO / part, source / part)
-    for part in ("rules", "workflow", "envs"):
-        shutil.copytree(REPO / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
+    # without a change reruns nothing (comment-only edits: tests/test_code_reruns.py)
+    source = copy_workflow(tmp_path / "workflow_copy")
     plotting = source / "workflow/grabrag/figures.py"
     plotting.touch()
     plan = snakemake(tmp_path, "-n", snakefile=source / "Snakefile").stdout
     assert planned_jobs(plan) == {}, plan
-    plotting.write_text(plotting.read_text() + "\n# an edit of the plotting code\n")
+    plotting.write_text(plotting.read_text() + "\n_AN_EDIT_OF_THE_PLOTTING_CODE = True\n")
     plan = snakemake(tmp_path, "-n", snakefile=source / "Snakefile").stdout
     assert planned_jobs(plan) == {"figure": 7, "all": 1}, plan
 
 
 def test_report_html(tiny_run: Path, tmp_path: Path) -> None:
-    _copy_run(tiny_run, tmp_path)
+    copy_run(tiny_run, tmp_path)
     snakemake(tmp_path, "--report", str(tmp_path / "report.zip"))
     import zipfile
 

@@ -1,0 +1,113 @@
+"""Library code is an input: editing a module of grabrag plans the jobs whose scripts import
+it (directly or through other modules) and what depends on them; comments, layout and
+docstrings plan nothing. Each test edits a copy of the workflow's source and plans
+(`snakemake -n`) against a copy of the finished tiny run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .conftest import copy_run, copy_workflow, planned_jobs, snakemake
+
+pytestmark = pytest.mark.integration
+
+# Rules that load a language model, and the stages before generation.
+MODEL_RULES = {
+    "generate_context_prompts",
+    "generate_closed_book",
+    "nli",
+    "evidential_evaluate",
+    "evidential_generate",
+    "cdd_generate",
+    "baselines_generate",
+}
+UPSTREAM_RULES = {
+    "fetch_asset",
+    "prepare_data",
+    "embed_corpus",
+    "retrieve",
+    "build_contexts",
+    "entity_pool",
+    "swaps",
+    "qc_contexts",
+    "qx_contexts",
+}
+
+
+@pytest.fixture
+def edit_and_plan(tiny_run: Path, tmp_path: Path):
+    """Returns plan(edits): applies {module: edit(text) -> text} to a copy of the library
+    and returns the jobs a dry run plans against a copy of the finished run."""
+    copy_run(tiny_run, tmp_path)
+    source = copy_workflow(tmp_path / "workflow_copy")
+
+    def plan(edits) -> dict[str, int]:
+        for module, edit in edits.items():
+            path = source / "workflow" / "grabrag" / module
+            path.write_text(edit(path.read_text()))
+        out = snakemake(tmp_path, "-n", snakefile=source / "Snakefile").stdout
+        return planned_jobs(out)
+
+    return plan
+
+
+def code_edit(text: str) -> str:
+    return text + "\n_EDITED_FOR_A_TEST = True\n"
+
+
+def layout_edit(text: str) -> str:
+    """Comments, blank lines and a reworded module docstring: no change to the code."""
+    assert text.startswith('"""'), "the edit rewords the module docstring"
+    text = text.replace('"""', '"""Reworded for a test. ', 1)
+    text = text.replace("\ndef ", "\n\n# a comment added by a test\ndef ", 1)
+    return "# a comment added by a test\n" + text + "\n\n\n# and one at the end\n"
+
+
+@pytest.fixture(scope="module")
+def full_plan(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
+    """Every job of the tiny config, planned in an empty folder."""
+    return planned_jobs(snakemake(tmp_path_factory.mktemp("empty"), "-n").stdout)
+
+
+def test_a_run_plans_nothing_and_comment_edits_plan_nothing(edit_and_plan) -> None:
+    assert edit_and_plan({}) == {}
+    modules = ("policies.py", "prompts.py", "figures.py", "io.py", "generation.py", "nli.py")
+    assert edit_and_plan(dict.fromkeys(modules, layout_edit)) == {}
+
+
+def test_editing_the_policies_plans_policies_and_what_follows_never_generation(
+    edit_and_plan, full_plan
+) -> None:
+    jobs = edit_and_plan({"policies.py": code_edit})
+    assert jobs["policy"] == full_plan["policy"], jobs
+    # the P3 sweep and the tables import the policies; metrics and figures read decisions
+    assert {"p3_sweep", "tables", "metrics", "figure"} <= set(jobs), jobs
+    assert not (MODEL_RULES | UPSTREAM_RULES) & set(jobs), jobs
+
+
+def test_editing_the_prompts_plans_generation(edit_and_plan, full_plan) -> None:
+    jobs = edit_and_plan({"prompts.py": code_edit})
+    for rule in ("generate_context_prompts", "generate_closed_book"):
+        assert jobs[rule] == full_plan[rule], jobs
+    assert "policy" in jobs and "tables" in jobs, jobs
+    assert not UPSTREAM_RULES & set(jobs), jobs
+
+
+def test_editing_the_plotting_code_plans_figures_only(edit_and_plan, full_plan) -> None:
+    jobs = edit_and_plan({"figures.py": code_edit})
+    assert jobs == {"figure": full_plan["figure"], "all": 1}, jobs
+
+
+def test_a_script_rule_without_its_code_param_is_an_error(tmp_path: Path) -> None:
+    source = copy_workflow(tmp_path / "workflow_copy")
+    rules = source / "rules" / "policies.smk"
+    text = rules.read_text()
+    assert 'code=script_code("p3_sweep.py"),' in text
+    rules.write_text(text.replace('code=script_code("p3_sweep.py"),', ""))
+    proc = snakemake(tmp_path, "-n", snakefile=source / "Snakefile", check=False)
+    assert proc.returncode != 0
+    assert 'p3_sweep runs p3_sweep.py, so its params need code=script_code("p3_sweep.py")' in (
+        proc.stdout + proc.stderr
+    )
