@@ -6,9 +6,10 @@
 
 from grabrag.cdd_runs import baseline_contract, prompt_contract
 
-# CDD and CDD_ALPHA both read the CDD traces; the baselines among the configured policies.
-CDD_TRACES = bool({"CDD", "CDD_ALPHA"} & set(CDD_FAMILY))
-CDD_BASELINES = [p for p in CDD_FAMILY if p in ("CAI", "SHAM", "REFLECT", "FILTER")]
+# Whether a configured policy reads the CDD traces (CDD, CDD_ALPHA); the baselines (each
+# reads its own CDD cell) among the configured policies.
+CDD_TRACES = any(registry.CDD_TRACES in registry.policy(p).inputs.values() for p in POLICIES)
+CDD_BASELINES = [p for p in POLICIES if registry.CDD_CELL in registry.policy(p).inputs.values()]
 # The CDD tables this config produces (captions: workflow/report/tables/<name>.rst).
 CDD_TABLE_NAMES = []
 if CDD_FAMILY:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
+from grabrag import registry
 from grabrag.assets import manifest_path
 from grabrag.config import validate_config
 from grabrag.contexts import CONDITIONS
@@ -35,10 +36,17 @@ DATASETS = sorted(config["datasets"])
 MODELS = sorted(config["models"])
 GENERATION_CONDITIONS = config["generation"]["conditions"]
 POLICIES = config["policies"]["names"]
+
+
+def _scoped(section):
+    """The configured policies a method's config section scopes (grabrag.registry)."""
+    return [p for p in POLICIES if registry.policy(p).scope == section]
+
+
 # EvidentialRAG policies (rules/evidential.smk) among the configured ones.
-EVID_POLICIES = [p for p in ("EVID", "EVID_CB") if p in POLICIES]
+EVID_POLICIES = _scoped("evidential")
 # CDD, CDD-alpha and the prompt-only baselines (rules/cdd.smk) among the configured ones.
-CDD_FAMILY = [p for p in ("CDD", "CDD_ALPHA", "CAI", "SHAM", "REFLECT", "FILTER") if p in POLICIES]
+CDD_FAMILY = _scoped("cdd")
 
 
 def _method_datasets(section):
@@ -122,14 +130,10 @@ def metric_policies(dataset):
 
 
 def dataset_policies(dataset):
-    """The configured policies that run on one dataset (EVID and the CDD family only on
-    the datasets their config section names)."""
-    return [
-        p
-        for p in POLICIES
-        if (p not in EVID_POLICIES or dataset in EVID_DATASETS)
-        and (p not in CDD_FAMILY or dataset in CDD_DATASETS)
-    ]
+    """The configured policies that run on one dataset (a scoped one, e.g. EVID and the
+    CDD family, only on the datasets its config section names)."""
+    scopes = {p: registry.policy(p).scope for p in POLICIES}
+    return [p for p in POLICIES if scopes[p] is None or dataset in _method_datasets(scopes[p])]
 
 
 def metric_cells(dataset):
@@ -184,22 +188,29 @@ def evidential_dir(wildcards):
     return f"{RESULTS}/evidential/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}"
 
 
+# The file each input source of a policy (grabrag.registry.SOURCES) names in one cell.
+POLICY_SOURCES = {
+    registry.GENERATION: lambda wildcards, key: generation_cell(wildcards, key),
+    registry.CLOSED_BOOK: lambda wildcards, key: closed_book_cell(wildcards),
+    registry.NLI: lambda wildcards, key: (
+        f"{RESULTS}/nli/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}.jsonl"
+    ),
+    registry.EVIDENTIAL: lambda wildcards, key: f"{evidential_dir(wildcards)}/{key}.jsonl",
+    registry.CDD_TRACES: lambda wildcards, key: f"{cdd_dir(wildcards)}/traces.jsonl",
+    registry.CDD_CELL: lambda wildcards, key: f"{cdd_dir(wildcards)}/{key}.jsonl",
+}
+
+
 def policy_inputs(wildcards):
-    """What one policy reads: its own cell (P0-P2), P1 + CB (P3), P1 + CB + NLI (P4), its
-    evidential file (EVID, EVID_CB), its CDD files (CDD family, rules/cdd.smk)."""
-    policy = wildcards.policy
-    if policy in CDD_FAMILY:
-        return cdd_policy_inputs(wildcards)
-    if policy in CONTEXT_PROMPTS:
-        return {policy: generation_cell(wildcards, policy)}
-    if policy in ("EVID", "EVID_CB"):
-        return {policy: f"{evidential_dir(wildcards)}/{policy}.jsonl"}
-    inputs = {"P1": generation_cell(wildcards, "P1"), "CB": closed_book_cell(wildcards)}
-    if policy == "P4":
-        inputs["NLI"] = (
-            f"{RESULTS}/nli/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}.jsonl"
-        )
-    return inputs
+    """What one policy reads, as its registry entry declares it."""
+    sources = registry.policy(wildcards.policy).inputs
+    return {key: POLICY_SOURCES[source](wildcards, key) for key, source in sources.items()}
+
+
+def policy_settings(wildcards):
+    """The settings one policy depends on (its only params: editing another policy's
+    setting reruns nothing of this one)."""
+    return stable(registry.policy(wildcards.policy).config_settings(config))
 
 
 def policy_files(model, dataset):
@@ -250,18 +261,6 @@ def evidential_files(model, dataset):
 
 def cdd_dir(wildcards):
     return f"{RESULTS}/cdd/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}"
-
-
-def cdd_policy_inputs(wildcards):
-    """What a CDD-family policy reads: the traces (CDD), the traces and the P1 cell
-    (CDD_ALPHA), its own generation cell (a baseline)."""
-    policy = wildcards.policy
-    traces = f"{cdd_dir(wildcards)}/traces.jsonl"
-    if policy == "CDD":
-        return {"CDD": traces}
-    if policy == "CDD_ALPHA":
-        return {"P1": generation_cell(wildcards, "P1"), "CDD": traces}
-    return {policy: f"{cdd_dir(wildcards)}/{policy}.jsonl"}
 
 
 def cdd_files(model, dataset):

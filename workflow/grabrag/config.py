@@ -10,14 +10,19 @@ from typing import Any
 import jsonschema
 import yaml
 
+from . import registry
 from .errors import ConfigError
 
 SCHEMA_FILE = "config.schema.yaml"
 
 
 def load_schema() -> dict[str, Any]:
+    """The schema, with the registered policies as the names ``policies.names`` accepts."""
     text = resources.files("grabrag").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    schema = yaml.safe_load(text)
+    names = schema["properties"]["policies"]["properties"]["names"]
+    names["items"]["enum"] = registry.names()
+    return schema
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -60,6 +65,11 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
     model, dataset or encoder) are checked too.
     """
     checked = copy.deepcopy(dict(config))
+    section = checked.get("policies")
+    modules = section.get("modules") if isinstance(section, dict) else None
+    if isinstance(modules, list) and all(isinstance(m, str) for m in modules):
+        # Before the schema check: their policies are names 'policies.names' may use.
+        registry.load_modules(modules)
     errors = sorted(_Validator(load_schema()).iter_errors(checked), key=lambda e: e.path)
     if errors:
         best = jsonschema.exceptions.best_match(errors)

@@ -83,6 +83,7 @@ from typing import Any
 import numpy as np
 
 from . import metrics as M
+from . import registry
 from .bootstrap import (
     CONFIDENCE_LEVEL,
     N_RESAMPLES,
@@ -110,21 +111,6 @@ CONDITIONS = ("Q100", "Q50", "Q0", "QC", "QX")
 # The paper's four conditions: ``all`` (Table 10's pooled AURC/ECE) pools these only, so
 # adding QX leaves the paper's tables as they were.
 PAPER_CONDITIONS = ("Q100", "Q50", "Q0", "QC")
-POLICY_ORDER = (
-    "P0",
-    "P1",
-    "P2",
-    "P3",
-    "P4",
-    "EVID",
-    "EVID_CB",
-    "CDD",
-    "CDD_ALPHA",
-    "CAI",
-    "SHAM",
-    "REFLECT",
-    "FILTER",
-)
 PAPER_POLICIES = ("P0", "P1", "P2", "P3", "P4")
 ALL = "all"
 POOLED = "pooled"
@@ -670,7 +656,9 @@ def _block(
 
 
 def policy_sort_key(policy: str) -> tuple[int, str]:
-    return (POLICY_ORDER.index(policy) if policy in POLICY_ORDER else len(POLICY_ORDER), policy)
+    """Registration order (grabrag.registry), then unregistered names alphabetically."""
+    order = registry.names()
+    return (order.index(policy) if policy in order else len(order), policy)
 
 
 def dataset_seed(seed: int, dataset: str) -> tuple[int, int]:
