@@ -85,11 +85,7 @@ rule cdd_diagnostics:
             f"{RESULTS}/cdd/{{{{model}}}}/{{{{dataset}}}}/{{condition}}/traces.jsonl",
             condition=GENERATION_CONDITIONS if CDD_TRACES else [],
         ),
-        decisions=expand(
-            f"{RESULTS}/policies/{{{{model}}}}/{{{{dataset}}}}/{{condition}}/{{policy}}.jsonl",
-            condition=GENERATION_CONDITIONS,
-            policy=[p for p in ("P1", *CDD_FAMILY) if p in POLICIES],
-        ),
+        decisions=lambda wildcards: files(DECISION_FILE, cdd_decision_cells(wildcards)),
     output:
         diagnostics=f"{RESULTS}/cdd/{{model}}/{{dataset}}/diagnostics.csv",
     log:
@@ -97,7 +93,10 @@ rule cdd_diagnostics:
     conda:
         GRABRAG_ENV
     params:
+        # contexts and traces are one file per condition, in this order
         conditions=GENERATION_CONDITIONS,
+        traces=CDD_TRACES,
+        decision_cells=cdd_decision_cells,
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
         code=library_code("cdd.py", "cdd_runs.py", "metrics.py", "bootstrap.py"),

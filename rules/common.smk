@@ -1,6 +1,7 @@
 # Config validation, wildcard constraints and input functions shared by every stage.
 
 import hashlib
+import itertools
 import json
 import re
 import sys
@@ -95,6 +96,23 @@ wildcard_constraints:
     figure=_alternatives(FIGURES),
 
 
+def cells(**values):
+    """Every combination of the given wildcard values, in `expand`'s order, each a dict
+    such as {"model": ..., "dataset": ...}. A rule passes them as a param beside the files
+    `files` names after them: its script learns what each file is about from the param,
+    never from the path."""
+    return [dict(zip(values, combo)) for combo in itertools.product(*values.values())]
+
+
+def files(pattern, keys):
+    """The file of each key of `cells` (pattern: wildcard names in braces)."""
+    return [pattern.format(**key) for key in keys]
+
+
+DECISION_FILE = f"{RESULTS}/policies/{{model}}/{{dataset}}/{{condition}}/{{policy}}.jsonl"
+CONTEXT_FILE = f"{RESULTS}/contexts/{{dataset}}/{{condition}}.jsonl"
+
+
 def stable(mapping):
     """A key-sorted copy: params compare by value, so reordering the YAML reruns nothing."""
     return json.loads(json.dumps(mapping, sort_keys=True))
@@ -143,6 +161,36 @@ def metric_cells(dataset):
     return [(model, condition) for model in MODELS for condition in GENERATION_CONDITIONS]
 
 
+def metric_decision_cells(dataset):
+    """The decision files (as `cells`) the metrics of one dataset read."""
+    return [
+        {"model": model, "dataset": dataset, "condition": condition, "policy": policy}
+        for model, condition in metric_cells(dataset)
+        for policy in metric_policies(dataset)
+    ]
+
+
+def metric_context_cells(dataset):
+    """The context files (as `cells`) the metrics of one dataset read."""
+    conditions = dict.fromkeys(condition for _, condition in metric_cells(dataset))
+    return cells(dataset=[dataset], condition=list(conditions))
+
+
+def audit_decision_cells(wildcards):
+    """Table 6's decision files (as `cells`): every model and policy at Q0 and QC."""
+    return cells(
+        model=MODELS,
+        dataset=[wildcards.dataset],
+        condition=[c for c in ("Q0", "QC") if c in GENERATION_CONDITIONS],
+        policy=dataset_policies(wildcards.dataset),
+    )
+
+
+# Every decision and context file the metrics of the (non-variant) datasets read.
+ALL_DECISION_CELLS = [cell for dataset in DATASETS for cell in metric_decision_cells(dataset)]
+ALL_CONTEXT_CELLS = cells(dataset=DATASETS, condition=GENERATION_CONDITIONS)
+
+
 def asset_manifest(name):
     """The file target that stands for one materialised asset."""
     return manifest_path(RESOURCES, name)
@@ -161,14 +209,23 @@ def generation_settings():
     return stable({k: v for k, v in config["generation"].items() if k != "conditions"})
 
 
-def generation_cells(model, dataset):
-    cells = [
-        f"{RESULTS}/generation/{model}/{dataset}/{condition}/{prompt}.jsonl"
-        for condition in GENERATION_CONDITIONS
-        for prompt in CONTEXT_PROMPTS
-    ]
-    cells.append(f"{RESULTS}/generation/{model}/{dataset}/Qclosed/{CLOSED_BOOK_PROMPT}.jsonl")
-    return cells
+GENERATION_FILE = f"{RESULTS}/generation/{{model}}/{{dataset}}/{{condition}}/{{prompt}}.jsonl"
+
+
+def generation_report_cells(wildcards):
+    """Every generation file (as `cells`) of one model x dataset: the context prompts at
+    each condition, then the closed-book pass."""
+    return cells(
+        model=[wildcards.model],
+        dataset=[wildcards.dataset],
+        condition=GENERATION_CONDITIONS,
+        prompt=CONTEXT_PROMPTS,
+    ) + cells(
+        model=[wildcards.model],
+        dataset=[wildcards.dataset],
+        condition=["Qclosed"],
+        prompt=[CLOSED_BOOK_PROMPT],
+    )
 
 
 def nli_asset(wildcards):
@@ -256,6 +313,19 @@ def evidential_files(model, dataset):
     ]
 
 
+EVIDENTIAL_FILE = f"{RESULTS}/evidential/{{model}}/{{dataset}}/{{condition}}/{{policy}}.jsonl"
+
+
+def evidential_cells(wildcards):
+    """The EVID / EVID_CB files (as `cells`) of one model x dataset."""
+    return cells(
+        model=[wildcards.model],
+        dataset=[wildcards.dataset],
+        condition=GENERATION_CONDITIONS,
+        policy=EVID_POLICIES,
+    )
+
+
 # --- CDD (rules/cdd.smk) ---------------------------------------------------------
 
 
@@ -268,6 +338,16 @@ def cdd_files(model, dataset):
     if dataset not in CDD_DATASETS:
         return []
     return [f"{RESULTS}/cdd/{model}/{dataset}/diagnostics.csv"]
+
+
+def cdd_decision_cells(wildcards):
+    """The decision files (as `cells`) of P1 and the CDD family in one model x dataset."""
+    return cells(
+        model=[wildcards.model],
+        dataset=[wildcards.dataset],
+        condition=GENERATION_CONDITIONS,
+        policy=[p for p in ("P1", *CDD_FAMILY) if p in POLICIES],
+    )
 
 
 def cdd_generation_settings():
@@ -298,6 +378,15 @@ def table_caption(name):
     return " ".join(path.read_text(encoding="utf-8").split()).replace("\\@", "@")
 
 
+def figure_cells(wildcards):
+    """What each per-cell input file of a figure is about (as `cells`), by input name."""
+    if wildcards.figure == "lambda_sweep":
+        return {"sweeps": cells(model=MODELS, dataset=EVID_DATASETS)}
+    if wildcards.figure in ("risk_coverage", "reliability"):
+        return {"decisions": ALL_DECISION_CELLS, "contexts": ALL_CONTEXT_CELLS}
+    return {}
+
+
 def figure_inputs(wildcards):
     """Figures read the metric tables; curves and diagrams also read the decision rows."""
     if wildcards.figure == "abstention_by_condition":
@@ -310,25 +399,13 @@ def figure_inputs(wildcards):
         inputs["sweeps"] = expand(
             f"{RESULTS}/policies/{{model}}/{{dataset}}/P3_sweep.csv", model=MODELS, dataset=DATASETS
         )
-    if wildcards.figure == "lambda_sweep":
-        inputs["sweeps"] = expand(
-            f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv",
-            model=MODELS,
-            dataset=EVID_DATASETS,
-        )
-    if wildcards.figure in ("risk_coverage", "reliability"):
-        inputs["decisions"] = [
-            f"{RESULTS}/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
-            for model in MODELS
-            for dataset in DATASETS
-            for condition in GENERATION_CONDITIONS
-            for policy in dataset_policies(dataset)
-        ]
-        inputs["contexts"] = [
-            f"{RESULTS}/contexts/{dataset}/{condition}.jsonl"
-            for dataset in DATASETS
-            for condition in GENERATION_CONDITIONS
-        ]
+    patterns = {
+        "sweeps": f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv",
+        "decisions": DECISION_FILE,
+        "contexts": CONTEXT_FILE,
+    }
+    for name, keys in figure_cells(wildcards).items():
+        inputs[name] = files(patterns[name], keys)
     return inputs
 
 

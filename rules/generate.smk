@@ -58,12 +58,14 @@ rule generate_closed_book:
 
 rule generation_report:
     input:
-        cells=lambda wildcards: generation_cells(wildcards.model, wildcards.dataset),
+        cells=lambda wildcards: files(GENERATION_FILE, generation_report_cells(wildcards)),
     output:
         report=f"{RESULTS}/generation/{{model}}/{{dataset}}/report.json",
     log:
         f"{RESULTS}/logs/generation_report/{{model}}/{{dataset}}.log",
     conda:
         GRABRAG_ENV
+    params:
+        cells=generation_report_cells,
     script:
         "../workflow/scripts/generation_report.py"

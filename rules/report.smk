@@ -49,13 +49,7 @@ rule audit_hwsa:
     input:
         audit=lambda wildcards: config["qc"]["audit_filled"][wildcards.dataset],
         qc_contexts=f"{RESULTS}/contexts/{{dataset}}/QC.jsonl",
-        decisions=lambda wildcards: [
-            f"{RESULTS}/policies/{model}/{wildcards.dataset}/{condition}/{policy}.jsonl"
-            for model in MODELS
-            for condition in ("Q0", "QC")
-            if condition in GENERATION_CONDITIONS
-            for policy in dataset_policies(wildcards.dataset)
-        ],
+        decisions=lambda wildcards: files(DECISION_FILE, audit_decision_cells(wildcards)),
     output:
         table=f"{RESULTS}/qc/{{dataset}}/audit_hwsa.csv",
     log:
@@ -64,23 +58,15 @@ rule audit_hwsa:
         GRABRAG_ENV
     params:
         code=library_code("metrics.py", "tables.py", "swaps.py"),
+        decision_cells=audit_decision_cells,
     script:
         "../workflow/scripts/audit_hwsa.py"
 
 
 rule metrics:
     input:
-        decisions=lambda wildcards: [
-            f"{RESULTS}/policies/{model}/{wildcards.dataset}/{condition}/{policy}.jsonl"
-            for model, condition in metric_cells(wildcards.dataset)
-            for policy in metric_policies(wildcards.dataset)
-        ],
-        contexts=lambda wildcards: list(
-            dict.fromkeys(
-                f"{RESULTS}/contexts/{wildcards.dataset}/{condition}.jsonl"
-                for _, condition in metric_cells(wildcards.dataset)
-            )
-        ),
+        decisions=lambda wildcards: files(DECISION_FILE, metric_decision_cells(wildcards.dataset)),
+        contexts=lambda wildcards: files(CONTEXT_FILE, metric_context_cells(wildcards.dataset)),
     output:
         metrics=f"{RESULTS}/metrics/{{dataset}}.csv",
     log:
@@ -91,23 +77,16 @@ rule metrics:
         code=library_code("metrics.py", "evaluate.py", "bootstrap.py"),
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
+        decision_cells=lambda wildcards: metric_decision_cells(wildcards.dataset),
+        context_cells=lambda wildcards: metric_context_cells(wildcards.dataset),
     script:
         "../workflow/scripts/metrics.py"
 
 
 rule abstention_over_datasets:
     input:
-        decisions=[
-            f"{RESULTS}/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
-            for dataset in DATASETS
-            for model, condition in metric_cells(dataset)
-            for policy in dataset_policies(dataset)
-        ],
-        contexts=[
-            f"{RESULTS}/contexts/{dataset}/{condition}.jsonl"
-            for dataset in DATASETS
-            for condition in GENERATION_CONDITIONS
-        ],
+        decisions=files(DECISION_FILE, ALL_DECISION_CELLS),
+        contexts=files(CONTEXT_FILE, ALL_CONTEXT_CELLS),
     output:
         metrics=f"{RESULTS}/metrics/abstention_over_datasets.csv",
     log:
@@ -118,36 +97,43 @@ rule abstention_over_datasets:
         code=library_code("metrics.py", "evaluate.py", "bootstrap.py"),
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
+        decision_cells=ALL_DECISION_CELLS,
+        context_cells=ALL_CONTEXT_CELLS,
     script:
         "../workflow/scripts/abstention_over_datasets.py"
+
+
+# What each per-cell input file of the tables rule is about (as `cells`), by input name.
+TABLE_CELLS = {
+    "sweeps": cells(model=MODELS, dataset=DATASETS),
+    "seed_metrics": cells(dataset=list(SEED_VARIANTS)),
+    "swaps": cells(dataset=DATASETS),
+    "closed_book": cells(model=MODELS, dataset=DATASETS),
+    "evid_sweeps": cells(model=MODELS, dataset=EVID_DATASETS),
+}
 
 
 rule tables:
     input:
         metrics=expand(f"{RESULTS}/metrics/{{dataset}}.csv", dataset=DATASETS),
-        sweeps=expand(
-            f"{RESULTS}/policies/{{model}}/{{dataset}}/P3_sweep.csv",
-            model=MODELS,
-            dataset=DATASETS,
+        sweeps=files(
+            f"{RESULTS}/policies/{{model}}/{{dataset}}/P3_sweep.csv", TABLE_CELLS["sweeps"]
         ),
         reports=expand(
             f"{RESULTS}/generation/{{model}}/{{dataset}}/report.json",
             model=MODELS,
             dataset=DATASETS,
         ),
-        seed_metrics=expand(f"{RESULTS}/metrics/{{dataset}}.csv", dataset=SEED_VARIANTS),
+        seed_metrics=files(f"{RESULTS}/metrics/{{dataset}}.csv", TABLE_CELLS["seed_metrics"]),
         audits=expand(f"{RESULTS}/qc/{{dataset}}/audit_hwsa.csv", dataset=AUDITED_DATASETS),
         audit_ratings=[config["qc"]["audit_filled"][d] for d in AUDITED_DATASETS],
-        swaps=expand(f"{RESULTS}/qc/{{dataset}}/swaps.jsonl", dataset=DATASETS),
-        closed_book=expand(
+        swaps=files(f"{RESULTS}/qc/{{dataset}}/swaps.jsonl", TABLE_CELLS["swaps"]),
+        closed_book=files(
             f"{RESULTS}/generation/{{model}}/{{dataset}}/Qclosed/{CLOSED_BOOK_PROMPT}.jsonl",
-            model=MODELS,
-            dataset=DATASETS,
+            TABLE_CELLS["closed_book"],
         ),
-        evid_sweeps=expand(
-            f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv",
-            model=MODELS,
-            dataset=EVID_DATASETS,
+        evid_sweeps=files(
+            f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv", TABLE_CELLS["evid_sweeps"]
         ),
         evid_efficiency=expand(
             f"{RESULTS}/evidential/{{model}}/{{dataset}}/efficiency.json",
@@ -182,6 +168,7 @@ rule tables:
         GRABRAG_ENV
     params:
         captions=TABLES,
+        cells=TABLE_CELLS,
         seed_sensitivity=stable(
             {name: {**spec, "base_seed": config["seed"]} for name, spec in SEED_VARIANTS.items()}
         ),
@@ -218,6 +205,7 @@ rule figure:
         GRABRAG_ENV
     params:
         fusion=lambda wildcards: fusion_settings() if wildcards.figure == "lambda_sweep" else {},
+        cells=figure_cells,
         code=library_code("figures.py"),
     script:
         "../workflow/scripts/figure.py"

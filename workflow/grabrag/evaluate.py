@@ -148,39 +148,23 @@ def ece_metric(n_bins: int) -> str:
 # --- loading (the only file access) -------------------------------------------------------
 
 
-def load_cell_rows(
-    results_dir: str | Path, model: str, dataset: str, condition: str, policy: str
-) -> list[dict[str, Any]]:
-    """Decision rows of one cell:
-    ``<results_dir>/policies/<model>/<dataset>/<condition>/<policy>.jsonl``."""
-    return read_jsonl(
-        Path(results_dir) / "policies" / model / dataset / condition / f"{policy}.jsonl"
-    )
-
-
-def load_context_rows(
-    results_dir: str | Path, dataset: str, condition: str
-) -> list[dict[str, Any]]:
-    """Context rows: ``<results_dir>/contexts/<dataset>/<condition>.jsonl``."""
-    return read_jsonl(Path(results_dir) / "contexts" / dataset / f"{condition}.jsonl")
-
-
-def read_decision_files(paths: Iterable[str | Path]) -> dict[CellKey, list[dict[str, Any]]]:
-    """Decision rows keyed (model, dataset, condition, policy), read from policy files
-    named ``.../policies/<model>/<dataset>/<condition>/<policy>.jsonl``."""
-    cells: dict[CellKey, list[dict[str, Any]]] = {}
-    for path in map(Path, paths):
-        key = (path.parents[2].name, path.parents[1].name, path.parent.name, path.stem)
-        cells[key] = read_jsonl(path)
-    return cells
+def read_decision_files(
+    cells: Iterable[tuple[Mapping[str, str], str | Path]],
+) -> dict[CellKey, list[dict[str, Any]]]:
+    """Decision rows keyed (model, dataset, condition, policy), from (cell, path) pairs
+    whose cell names its ``model``, ``dataset``, ``condition`` and ``policy``."""
+    return {
+        (c["model"], c["dataset"], c["condition"], c["policy"]): read_jsonl(path)
+        for c, path in cells
+    }
 
 
 def read_context_files(
-    paths: Iterable[str | Path],
+    cells: Iterable[tuple[Mapping[str, str], str | Path]],
 ) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """Context rows keyed (dataset, condition), read from files named
-    ``.../contexts/<dataset>/<condition>.jsonl``."""
-    return {(Path(p).parent.name, Path(p).stem): read_jsonl(p) for p in paths}
+    """Context rows keyed (dataset, condition), from (cell, path) pairs whose cell names
+    its ``dataset`` and ``condition``."""
+    return {(c["dataset"], c["condition"]): read_jsonl(path) for c, path in cells}
 
 
 def to_frame(rows: Sequence[Mapping[str, Any]]):  # -> pandas.DataFrame
