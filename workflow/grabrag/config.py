@@ -11,17 +11,21 @@ import jsonschema
 import yaml
 
 from . import registry
+from .data import ADAPTERS
 from .errors import ConfigError
 
 SCHEMA_FILE = "config.schema.yaml"
 
 
 def load_schema() -> dict[str, Any]:
-    """The schema, with the registered policies as the names ``policies.names`` accepts."""
+    """The schema, with the registered policies as the names ``policies.names`` accepts
+    and the adapters of :data:`grabrag.data.ADAPTERS` as those ``datasets.*.adapter`` does."""
     text = resources.files("grabrag").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
     schema = yaml.safe_load(text)
-    names = schema["properties"]["policies"]["properties"]["names"]
-    names["items"]["enum"] = registry.names()
+    properties = schema["properties"]
+    properties["policies"]["properties"]["names"]["items"]["enum"] = registry.names()
+    dataset = properties["datasets"]["additionalProperties"]["properties"]
+    dataset["adapter"]["enum"] = list(ADAPTERS)
     return schema
 
 
