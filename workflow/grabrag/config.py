@@ -160,14 +160,3 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
             f"({contexts['n_gold_q50']} > {contexts['n_passages']})"
         )
     return checked
-
-
-def load_config(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            raw = yaml.safe_load(handle)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the config must be a mapping of keys")
-    return validate_config(raw)
