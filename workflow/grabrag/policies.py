@@ -501,7 +501,12 @@ BUILTIN = (
         settings=_cb_settings("cutoff"),
     ),
     R.Policy(
-        "EVID", _evidential("EVID"), {"EVID": R.EVIDENTIAL}, colour="#937860", scope="evidential"
+        "EVID",
+        _evidential("EVID"),
+        {"EVID": R.EVIDENTIAL},
+        title="EVID (EvidentialRAG)",
+        colour="#937860",
+        scope="evidential",
     ),
     R.Policy(
         "EVID_CB",
@@ -509,6 +514,7 @@ BUILTIN = (
         {"EVID_CB": R.EVIDENTIAL},
         "EVID+CB",
         "EVID+CB",
+        title="EVID+CB (+ closed-book source)",
         colour="#da8bc3",
         scope="evidential",
     ),

@@ -66,6 +66,7 @@ class Policy:
     inputs: Mapping[str, str]  # key -> one of SOURCES
     label: str | None = None  # figure legends; default: the name
     printed: str | None = None  # tables; default: the name
+    title: str | None = None  # Table 2's row name; default: the label
     colour: str | None = None  # figures; default: one of a spare palette
     settings: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
     scope: str | None = None  # config section whose `datasets` list scopes it
@@ -79,6 +80,11 @@ class Policy:
                 f"policy {self.name}: unknown input source {', '.join(unknown)} "
                 f"(known: {', '.join(SOURCES)})"
             )
+
+    @property
+    def described(self) -> str:
+        """The name with a word on what it is, as Table 2 prints it."""
+        return self.title or self.label or self.name
 
     def config_settings(self, config: Mapping[str, Any]) -> dict[str, Any]:
         return dict((self.settings or own_options(self.name))(config))

@@ -137,20 +137,11 @@ def _macro(metrics: pd.DataFrame, policy: str, condition: str, metric: str) -> f
 
 def table_policy_comparison(metrics: pd.DataFrame) -> pd.DataFrame:
     """Table 2: policies macro-averaged over the model x dataset cells."""
-    names = {
-        "P0": "P0 (none)",
-        "P1": "P1 (IDK)",
-        "P2": "P2 (CoT)",
-        "P3": "P3 (conflict)",
-        "P4": "P4 (NLI)",
-        "EVID": "EVID (EvidentialRAG)",
-        "EVID_CB": "EVID+CB (+ closed-book source)",
-    }
     rows = []
     for policy in _policies(metrics):
         rows.append(
             {
-                "Policy": names[policy],
+                "Policy": registry.policy(policy).described,
                 "HwSA_QC (lower safer)": pct(_macro(metrics, policy, "QC", "hwsa")),
                 "FAC_Q100 (lower better)": pct(_macro(metrics, policy, "Q100", "fac")),
                 "Ans_Q100 (higher better)": pct(_macro(metrics, policy, "Q100", "answer_rate")),
