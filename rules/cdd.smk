@@ -72,11 +72,7 @@ rule cdd_diagnostics:
             f"{RESULTS}/cdd/{{{{model}}}}/{{{{dataset}}}}/{{condition}}/traces.jsonl",
             condition=GENERATION_CONDITIONS if CDD_TRACES else [],
         ),
-        decisions=expand(
-            f"{RESULTS}/policies/{{{{model}}}}/{{{{dataset}}}}/{{condition}}/{{policy}}.jsonl",
-            condition=GENERATION_CONDITIONS,
-            policy=[p for p in ("P1", *CDD_FAMILY) if p in POLICIES],
-        ),
+        decisions=lambda wildcards: files(DECISION_FILE, cdd_decision_cells(wildcards)),
     output:
         diagnostics=f"{RESULTS}/cdd/{{model}}/{{dataset}}/diagnostics.csv",
     log:
@@ -84,7 +80,10 @@ rule cdd_diagnostics:
     conda:
         GRABRAG_ENV
     params:
+        # contexts and traces are one file per condition, in this order
         conditions=GENERATION_CONDITIONS,
+        traces=CDD_TRACES,
+        decision_cells=cdd_decision_cells,
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
         code=script_code("cdd_diagnostics.py"),

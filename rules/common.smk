@@ -4,6 +4,7 @@
 
 import functools
 import hashlib
+import itertools
 import json
 import re
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
+from grabrag import registry
 from grabrag.assets import manifest_path
 from grabrag.cdd_runs import baseline_contract, prompt_contract
 from grabrag.codehash import code_hash
@@ -40,10 +42,17 @@ DATASETS = sorted(config["datasets"])
 MODELS = sorted(config["models"])
 GENERATION_CONDITIONS = config["generation"]["conditions"]
 POLICIES = config["policies"]["names"]
+
+
+def _scoped(section):
+    """The configured policies a method's config section scopes (grabrag.registry)."""
+    return [p for p in POLICIES if registry.policy(p).scope == section]
+
+
 # EvidentialRAG policies (rules/evidential.smk) among the configured ones.
-EVID_POLICIES = [p for p in ("EVID", "EVID_CB") if p in POLICIES]
+EVID_POLICIES = _scoped("evidential")
 # CDD, CDD-alpha and the prompt-only baselines (rules/cdd.smk) among the configured ones.
-CDD_FAMILY = [p for p in ("CDD", "CDD_ALPHA", "CAI", "SHAM", "REFLECT", "FILTER") if p in POLICIES]
+CDD_FAMILY = _scoped("cdd")
 
 
 def _method_datasets(section):
@@ -72,8 +81,8 @@ if config["seed_sensitivity"]:
 SEED_VARIANT_CONDITIONS = [c for c in ("Q0", "QC") if c in GENERATION_CONDITIONS]
 
 # CDD and CDD_ALPHA both read the CDD traces; the baselines among the configured policies.
-CDD_TRACES = bool({"CDD", "CDD_ALPHA"} & set(CDD_FAMILY))
-CDD_BASELINES = [p for p in CDD_FAMILY if p in ("CAI", "SHAM", "REFLECT", "FILTER")]
+CDD_TRACES = any(registry.CDD_TRACES in registry.policy(p).inputs.values() for p in POLICIES)
+CDD_BASELINES = [p for p in POLICIES if registry.CDD_CELL in registry.policy(p).inputs.values()]
 # The CDD tables this config produces (captions: workflow/report/tables/<name>.rst).
 CDD_TABLE_NAMES = []
 if CDD_FAMILY:
@@ -156,6 +165,23 @@ wildcard_constraints:
     figure=_alternatives(FIGURES),
 
 
+def cells(**values):
+    """Every combination of the given wildcard values, in `expand`'s order, each a dict
+    such as {"model": ..., "dataset": ...}. A rule passes them as a param beside the files
+    `files` names after them: its script learns what each file is about from the param,
+    never from the path."""
+    return [dict(zip(values, combo)) for combo in itertools.product(*values.values())]
+
+
+def files(pattern, keys):
+    """The file of each key of `cells` (pattern: wildcard names in braces)."""
+    return [pattern.format(**key) for key in keys]
+
+
+DECISION_FILE = f"{RESULTS}/policies/{{model}}/{{dataset}}/{{condition}}/{{policy}}.jsonl"
+CONTEXT_FILE = f"{RESULTS}/contexts/{{dataset}}/{{condition}}.jsonl"
+
+
 def stable(mapping):
     """A key-sorted copy: params compare by value, so reordering the YAML reruns nothing."""
     return json.loads(json.dumps(mapping, sort_keys=True))
@@ -202,14 +228,10 @@ def metric_policies(dataset):
 
 
 def dataset_policies(dataset):
-    """The configured policies that run on one dataset (EVID and the CDD family only on
-    the datasets their config section names)."""
-    return [
-        p
-        for p in POLICIES
-        if (p not in EVID_POLICIES or dataset in EVID_DATASETS)
-        and (p not in CDD_FAMILY or dataset in CDD_DATASETS)
-    ]
+    """The configured policies that run on one dataset (a scoped one, e.g. EVID and the
+    CDD family, only on the datasets its config section names)."""
+    scopes = {p: registry.policy(p).scope for p in POLICIES}
+    return [p for p in POLICIES if scopes[p] is None or dataset in _method_datasets(scopes[p])]
 
 
 def metric_cells(dataset):
@@ -219,24 +241,34 @@ def metric_cells(dataset):
     return [(model, condition) for model in MODELS for condition in GENERATION_CONDITIONS]
 
 
-def decision_file(model, dataset, condition, policy):
-    return f"{RESULTS}/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
-
-
-def metric_decisions(wildcards):
-    """The decision files the metrics of one dataset read."""
-    dataset = wildcards.dataset
+def metric_decision_cells(dataset):
+    """The decision files (as `cells`) the metrics of one dataset read."""
     return [
-        decision_file(model, dataset, condition, policy)
+        {"model": model, "dataset": dataset, "condition": condition, "policy": policy}
         for model, condition in metric_cells(dataset)
         for policy in metric_policies(dataset)
     ]
 
 
-def metric_contexts(wildcards):
-    """The context files the metrics of one dataset read (each condition once)."""
-    conditions = dict.fromkeys(condition for _, condition in metric_cells(wildcards.dataset))
-    return [f"{RESULTS}/contexts/{wildcards.dataset}/{condition}.jsonl" for condition in conditions]
+def metric_context_cells(dataset):
+    """The context files (as `cells`) the metrics of one dataset read."""
+    conditions = dict.fromkeys(condition for _, condition in metric_cells(dataset))
+    return cells(dataset=[dataset], condition=list(conditions))
+
+
+def audit_decision_cells(wildcards):
+    """Table 6's decision files (as `cells`): every model and policy at Q0 and QC."""
+    return cells(
+        model=MODELS,
+        dataset=[wildcards.dataset],
+        condition=[c for c in ("Q0", "QC") if c in GENERATION_CONDITIONS],
+        policy=dataset_policies(wildcards.dataset),
+    )
+
+
+# Every decision and context file the metrics of the (non-variant) datasets read.
+ALL_DECISION_CELLS = [cell for dataset in DATASETS for cell in metric_decision_cells(dataset)]
+ALL_CONTEXT_CELLS = cells(dataset=DATASETS, condition=GENERATION_CONDITIONS)
 
 
 def audit_ratings(wildcards):
@@ -244,15 +276,14 @@ def audit_ratings(wildcards):
     return config["qc"]["audit_filled"][wildcards.dataset]
 
 
-def audit_decisions(wildcards):
-    """The Q0 and QC decisions the audit's HwSA recomputes on the clean subset."""
-    return [
-        decision_file(model, wildcards.dataset, condition, policy)
-        for model in MODELS
-        for condition in ("Q0", "QC")
-        if condition in GENERATION_CONDITIONS
-        for policy in dataset_policies(wildcards.dataset)
-    ]
+# What each per-cell input file of the tables rule is about (as `cells`), by input name.
+TABLE_CELLS = {
+    "sweeps": cells(model=MODELS, dataset=DATASETS),
+    "seed_metrics": cells(dataset=list(SEED_VARIANTS)),
+    "swaps": cells(dataset=DATASETS),
+    "closed_book": cells(model=MODELS, dataset=DATASETS),
+    "evid_sweeps": cells(model=MODELS, dataset=EVID_DATASETS),
+}
 
 
 def asset_manifest(name):
@@ -273,14 +304,23 @@ def generation_settings():
     return stable({k: v for k, v in config["generation"].items() if k != "conditions"})
 
 
-def generation_cells(model, dataset):
-    cells = [
-        f"{RESULTS}/generation/{model}/{dataset}/{condition}/{prompt}.jsonl"
-        for condition in GENERATION_CONDITIONS
-        for prompt in CONTEXT_PROMPTS
-    ]
-    cells.append(f"{RESULTS}/generation/{model}/{dataset}/Qclosed/{CLOSED_BOOK_PROMPT}.jsonl")
-    return cells
+GENERATION_FILE = f"{RESULTS}/generation/{{model}}/{{dataset}}/{{condition}}/{{prompt}}.jsonl"
+
+
+def generation_report_cells(wildcards):
+    """Every generation file (as `cells`) of one model x dataset: the context prompts at
+    each condition, then the closed-book pass."""
+    return cells(
+        model=[wildcards.model],
+        dataset=[wildcards.dataset],
+        condition=GENERATION_CONDITIONS,
+        prompt=CONTEXT_PROMPTS,
+    ) + cells(
+        model=[wildcards.model],
+        dataset=[wildcards.dataset],
+        condition=["Qclosed"],
+        prompt=[CLOSED_BOOK_PROMPT],
+    )
 
 
 def nli_asset(wildcards):
@@ -305,22 +345,29 @@ def evidential_dir(wildcards):
     return f"{RESULTS}/evidential/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}"
 
 
+# The file each input source of a policy (grabrag.registry.SOURCES) names in one cell.
+POLICY_SOURCES = {
+    registry.GENERATION: lambda wildcards, key: generation_cell(wildcards, key),
+    registry.CLOSED_BOOK: lambda wildcards, key: closed_book_cell(wildcards),
+    registry.NLI: lambda wildcards, key: (
+        f"{RESULTS}/nli/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}.jsonl"
+    ),
+    registry.EVIDENTIAL: lambda wildcards, key: f"{evidential_dir(wildcards)}/{key}.jsonl",
+    registry.CDD_TRACES: lambda wildcards, key: f"{cdd_dir(wildcards)}/traces.jsonl",
+    registry.CDD_CELL: lambda wildcards, key: f"{cdd_dir(wildcards)}/{key}.jsonl",
+}
+
+
 def policy_inputs(wildcards):
-    """What one policy reads: its own cell (P0-P2), P1 + CB (P3), P1 + CB + NLI (P4), its
-    evidential file (EVID, EVID_CB), its CDD files (CDD family, rules/cdd.smk)."""
-    policy = wildcards.policy
-    if policy in CDD_FAMILY:
-        return cdd_policy_inputs(wildcards)
-    if policy in CONTEXT_PROMPTS:
-        return {policy: generation_cell(wildcards, policy)}
-    if policy in ("EVID", "EVID_CB"):
-        return {policy: f"{evidential_dir(wildcards)}/{policy}.jsonl"}
-    inputs = {"P1": generation_cell(wildcards, "P1"), "CB": closed_book_cell(wildcards)}
-    if policy == "P4":
-        inputs["NLI"] = (
-            f"{RESULTS}/nli/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}.jsonl"
-        )
-    return inputs
+    """What one policy reads, as its registry entry declares it."""
+    sources = registry.policy(wildcards.policy).inputs
+    return {key: POLICY_SOURCES[source](wildcards, key) for key, source in sources.items()}
+
+
+def policy_settings(wildcards):
+    """The settings one policy depends on (its only params: editing another policy's
+    setting reruns nothing of this one)."""
+    return stable(registry.policy(wildcards.policy).config_settings(config))
 
 
 def policy_files(model, dataset):
@@ -367,6 +414,19 @@ def evidential_files(model, dataset):
     ]
 
 
+EVIDENTIAL_FILE = f"{RESULTS}/evidential/{{model}}/{{dataset}}/{{condition}}/{{policy}}.jsonl"
+
+
+def evidential_cells(wildcards):
+    """The EVID / EVID_CB files (as `cells`) of one model x dataset."""
+    return cells(
+        model=[wildcards.model],
+        dataset=[wildcards.dataset],
+        condition=GENERATION_CONDITIONS,
+        policy=EVID_POLICIES,
+    )
+
+
 # --- CDD (rules/cdd.smk) ---------------------------------------------------------
 
 
@@ -374,23 +434,21 @@ def cdd_dir(wildcards):
     return f"{RESULTS}/cdd/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}"
 
 
-def cdd_policy_inputs(wildcards):
-    """What a CDD-family policy reads: the traces (CDD), the traces and the P1 cell
-    (CDD_ALPHA), its own generation cell (a baseline)."""
-    policy = wildcards.policy
-    traces = f"{cdd_dir(wildcards)}/traces.jsonl"
-    if policy == "CDD":
-        return {"CDD": traces}
-    if policy == "CDD_ALPHA":
-        return {"P1": generation_cell(wildcards, "P1"), "CDD": traces}
-    return {policy: f"{cdd_dir(wildcards)}/{policy}.jsonl"}
-
-
 def cdd_files(model, dataset):
     """The per-model x dataset CDD summary (targets of `all`)."""
     if dataset not in CDD_DATASETS:
         return []
     return [f"{RESULTS}/cdd/{model}/{dataset}/diagnostics.csv"]
+
+
+def cdd_decision_cells(wildcards):
+    """The decision files (as `cells`) of P1 and the CDD family in one model x dataset."""
+    return cells(
+        model=[wildcards.model],
+        dataset=[wildcards.dataset],
+        condition=GENERATION_CONDITIONS,
+        policy=[p for p in ("P1", *CDD_FAMILY) if p in POLICIES],
+    )
 
 
 def cdd_generation_settings():
@@ -435,6 +493,15 @@ def check_rules():
             raise WorkflowError(f"{each.name} uses a GPU, so it needs a benchmark file")
 
 
+def figure_cells(wildcards):
+    """What each per-cell input file of a figure is about (as `cells`), by input name."""
+    if wildcards.figure == "lambda_sweep":
+        return {"sweeps": cells(model=MODELS, dataset=EVID_DATASETS)}
+    if wildcards.figure in ("risk_coverage", "reliability"):
+        return {"decisions": ALL_DECISION_CELLS, "contexts": ALL_CONTEXT_CELLS}
+    return {}
+
+
 def figure_inputs(wildcards):
     """Figures read the metric tables; curves and diagrams also read the decision rows."""
     if wildcards.figure == "abstention_by_condition":
@@ -447,25 +514,13 @@ def figure_inputs(wildcards):
         inputs["sweeps"] = expand(
             f"{RESULTS}/policies/{{model}}/{{dataset}}/P3_sweep.csv", model=MODELS, dataset=DATASETS
         )
-    if wildcards.figure == "lambda_sweep":
-        inputs["sweeps"] = expand(
-            f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv",
-            model=MODELS,
-            dataset=EVID_DATASETS,
-        )
-    if wildcards.figure in ("risk_coverage", "reliability"):
-        inputs["decisions"] = [
-            decision_file(model, dataset, condition, policy)
-            for model in MODELS
-            for dataset in DATASETS
-            for condition in GENERATION_CONDITIONS
-            for policy in dataset_policies(dataset)
-        ]
-        inputs["contexts"] = [
-            f"{RESULTS}/contexts/{dataset}/{condition}.jsonl"
-            for dataset in DATASETS
-            for condition in GENERATION_CONDITIONS
-        ]
+    patterns = {
+        "sweeps": f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv",
+        "decisions": DECISION_FILE,
+        "contexts": CONTEXT_FILE,
+    }
+    for name, keys in figure_cells(wildcards).items():
+        inputs[name] = files(patterns[name], keys)
     return inputs
 
 

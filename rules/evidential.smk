@@ -82,6 +82,8 @@ rule evidential_sweep:
     conda:
         GRABRAG_ENV
     params:
+        # evaluations and contexts are one file per condition, in this order
+        conditions=GENERATION_CONDITIONS,
         fusion=fusion_settings(),
         grid=stable({k: config["evidential"][k] for k in ("lambda_grid", "tau_grid")}),
         code=script_code("evidential_sweep.py"),
@@ -95,11 +97,7 @@ rule evidential_efficiency:
             f"{RESULTS}/generation/{{{{model}}}}/{{{{dataset}}}}/{{condition}}/P1.jsonl",
             condition=GENERATION_CONDITIONS,
         ),
-        evidential=expand(
-            f"{RESULTS}/evidential/{{{{model}}}}/{{{{dataset}}}}/{{condition}}/{{policy}}.jsonl",
-            condition=GENERATION_CONDITIONS,
-            policy=EVID_POLICIES,
-        ),
+        evidential=lambda wildcards: files(EVIDENTIAL_FILE, evidential_cells(wildcards)),
         reports=expand(
             f"{RESULTS}/evidential/{{{{model}}}}/{{{{dataset}}}}/{{condition}}/{{stage}}_report.json",
             condition=GENERATION_CONDITIONS,
@@ -114,6 +112,7 @@ rule evidential_efficiency:
         GRABRAG_ENV
     params:
         conditions=GENERATION_CONDITIONS,
+        evidential_cells=evidential_cells,
         code=script_code("evidential_efficiency.py"),
     script:
         "../workflow/scripts/evidential_efficiency.py"

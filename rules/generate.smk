@@ -55,7 +55,7 @@ rule generate_closed_book:
 
 rule generation_report:
     input:
-        cells=lambda wildcards: generation_cells(wildcards.model, wildcards.dataset),
+        cells=lambda wildcards: files(GENERATION_FILE, generation_report_cells(wildcards)),
     output:
         report=f"{RESULTS}/generation/{{model}}/{{dataset}}/report.json",
     log:
@@ -63,6 +63,7 @@ rule generation_report:
     conda:
         GRABRAG_ENV
     params:
+        cells=generation_report_cells,
         code=script_code("generation_report.py"),
     script:
         "../workflow/scripts/generation_report.py"

@@ -1,5 +1,6 @@
-# Stage 6: abstention policies. P0-P2 read their own generation cell; P3 reads P1 + CB;
-# P4 adds the NLI verdicts. No policy job loads a language model.
+# Stage 6: abstention policies. Each reads what its registry entry (grabrag.registry)
+# declares: P0-P2 their own generation cell, P3 P1 + CB, P4 adds the NLI verdicts. No
+# policy job loads a language model.
 
 
 rule nli:
@@ -38,13 +39,7 @@ rule policy:
     conda:
         GRABRAG_ENV
     params:
-        cutoff=config["policies"]["confidence_cutoff"],
-        threshold=config["policies"]["f1_threshold"],
-        # CDD-alpha's contradiction gate; the other policies do not depend on it.
-        gate_threshold=lambda wildcards: (
-            config["cdd"]["gate_threshold"] if wildcards.policy == "CDD_ALPHA" else None
-        ),
-        gate=lambda wildcards: config["cdd"]["gate"] if wildcards.policy == "CDD_ALPHA" else None,
+        settings=policy_settings,
         code=script_code("policy.py"),
     script:
         "../workflow/scripts/policy.py"

@@ -6,7 +6,7 @@ rule audit_hwsa:
     input:
         audit=audit_ratings,
         qc_contexts=f"{RESULTS}/contexts/{{dataset}}/QC.jsonl",
-        decisions=audit_decisions,
+        decisions=lambda wildcards: files(DECISION_FILE, audit_decision_cells(wildcards)),
     output:
         table=f"{RESULTS}/qc/{{dataset}}/audit_hwsa.csv",
     log:
@@ -15,14 +15,15 @@ rule audit_hwsa:
         GRABRAG_ENV
     params:
         code=script_code("audit_hwsa.py"),
+        decision_cells=audit_decision_cells,
     script:
         "../workflow/scripts/audit_hwsa.py"
 
 
 rule metrics:
     input:
-        decisions=metric_decisions,
-        contexts=metric_contexts,
+        decisions=lambda wildcards: files(DECISION_FILE, metric_decision_cells(wildcards.dataset)),
+        contexts=lambda wildcards: files(CONTEXT_FILE, metric_context_cells(wildcards.dataset)),
     output:
         metrics=f"{RESULTS}/metrics/{{dataset}}.csv",
     log:
@@ -33,23 +34,16 @@ rule metrics:
         code=script_code("metrics.py"),
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
+        decision_cells=lambda wildcards: metric_decision_cells(wildcards.dataset),
+        context_cells=lambda wildcards: metric_context_cells(wildcards.dataset),
     script:
         "../workflow/scripts/metrics.py"
 
 
 rule abstention_over_datasets:
     input:
-        decisions=[
-            decision_file(model, dataset, condition, policy)
-            for dataset in DATASETS
-            for model, condition in metric_cells(dataset)
-            for policy in dataset_policies(dataset)
-        ],
-        contexts=[
-            f"{RESULTS}/contexts/{dataset}/{condition}.jsonl"
-            for dataset in DATASETS
-            for condition in GENERATION_CONDITIONS
-        ],
+        decisions=files(DECISION_FILE, ALL_DECISION_CELLS),
+        contexts=files(CONTEXT_FILE, ALL_CONTEXT_CELLS),
     output:
         metrics=f"{RESULTS}/metrics/abstention_over_datasets.csv",
     log:
@@ -60,6 +54,8 @@ rule abstention_over_datasets:
         code=script_code("abstention_over_datasets.py"),
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
+        decision_cells=ALL_DECISION_CELLS,
+        context_cells=ALL_CONTEXT_CELLS,
     script:
         "../workflow/scripts/abstention_over_datasets.py"
 
@@ -67,29 +63,24 @@ rule abstention_over_datasets:
 rule tables:
     input:
         metrics=expand(f"{RESULTS}/metrics/{{dataset}}.csv", dataset=DATASETS),
-        sweeps=expand(
-            f"{RESULTS}/policies/{{model}}/{{dataset}}/P3_sweep.csv",
-            model=MODELS,
-            dataset=DATASETS,
+        sweeps=files(
+            f"{RESULTS}/policies/{{model}}/{{dataset}}/P3_sweep.csv", TABLE_CELLS["sweeps"]
         ),
         reports=expand(
             f"{RESULTS}/generation/{{model}}/{{dataset}}/report.json",
             model=MODELS,
             dataset=DATASETS,
         ),
-        seed_metrics=expand(f"{RESULTS}/metrics/{{dataset}}.csv", dataset=SEED_VARIANTS),
+        seed_metrics=files(f"{RESULTS}/metrics/{{dataset}}.csv", TABLE_CELLS["seed_metrics"]),
         audits=expand(f"{RESULTS}/qc/{{dataset}}/audit_hwsa.csv", dataset=AUDITED_DATASETS),
         audit_ratings=[config["qc"]["audit_filled"][d] for d in AUDITED_DATASETS],
-        swaps=expand(f"{RESULTS}/qc/{{dataset}}/swaps.jsonl", dataset=DATASETS),
-        closed_book=expand(
+        swaps=files(f"{RESULTS}/qc/{{dataset}}/swaps.jsonl", TABLE_CELLS["swaps"]),
+        closed_book=files(
             f"{RESULTS}/generation/{{model}}/{{dataset}}/Qclosed/{CLOSED_BOOK_PROMPT}.jsonl",
-            model=MODELS,
-            dataset=DATASETS,
+            TABLE_CELLS["closed_book"],
         ),
-        evid_sweeps=expand(
-            f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv",
-            model=MODELS,
-            dataset=EVID_DATASETS,
+        evid_sweeps=files(
+            f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv", TABLE_CELLS["evid_sweeps"]
         ),
         evid_efficiency=expand(
             f"{RESULTS}/evidential/{{model}}/{{dataset}}/efficiency.json",
@@ -124,6 +115,7 @@ rule tables:
         GRABRAG_ENV
     params:
         captions=TABLES,
+        cells=TABLE_CELLS,
         seed_sensitivity=stable(
             {name: {**spec, "base_seed": config["seed"]} for name, spec in SEED_VARIANTS.items()}
         ),
@@ -161,5 +153,6 @@ rule figure:
     params:
         fusion=lambda wildcards: fusion_settings() if wildcards.figure == "lambda_sweep" else {},
         code=script_code("figure.py"),
+        cells=figure_cells,
     script:
         "../workflow/scripts/figure.py"

@@ -1374,7 +1374,7 @@ def test_cdd_alpha_with_the_model_gate_reads_the_stored_judgement() -> None:
     from grabrag.policies import decide
 
     traces[0]["gate_judgement"] = _judgement(False)
-    decided = decide("CDD_ALPHA", {"P1": p1, "CDD": traces}, gate="model")
+    decided = decide("CDD_ALPHA", {"P1": p1, "CDD": traces}, {"gate": "model"})
     assert [r["rule"] for r in decided] == [GATE_BYPASS, GATE_BYPASS]
 
 
@@ -1395,14 +1395,18 @@ def test_baseline_decisions() -> None:
 
 
 def test_policies_decide_dispatches_the_cdd_family() -> None:
-    from grabrag.policies import POLICIES, POLICY_INPUTS, decide
+    from grabrag import registry
+    from grabrag.policies import decide
 
-    assert POLICIES[-6:] == ("CDD", "CDD_ALPHA", "CAI", "SHAM", "REFLECT", "FILTER")
-    assert POLICY_INPUTS["CDD_ALPHA"] == ("P1", "CDD")
+    assert registry.names()[-6:] == ["CDD", "CDD_ALPHA", "CAI", "SHAM", "REFLECT", "FILTER"]
+    assert registry.policy("CDD_ALPHA").inputs == {
+        "P1": registry.GENERATION,
+        "CDD": registry.CDD_TRACES,
+    }
     traces = _trace_rows()
     assert decide("CDD", {"CDD": traces})[0]["policy"] == "CDD"
     p1 = [{**P1_ROW, "qid": q} for q in ("q0", "q1")]
-    gated = decide("CDD_ALPHA", {"P1": p1, "CDD": traces}, gate_threshold=1.01)
+    gated = decide("CDD_ALPHA", {"P1": p1, "CDD": traces}, {"gate_threshold": 1.01})
     assert [r["rule"] for r in gated] == [GATE_BYPASS, GATE_BYPASS]
     cai = [{"qid": "a", "prompt": "CAI", "decision": "abstain", "answer": "", "confidence": 3}]
     assert decide("CAI", {"CAI": cai})[0]["rule"] == "generated"

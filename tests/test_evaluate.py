@@ -17,8 +17,6 @@ from grabrag.evaluate import (
     dataset_seed,
     evaluate,
     evaluate_dataset,
-    load_cell_rows,
-    load_context_rows,
     read_context_files,
     read_decision_files,
     to_frame,
@@ -476,20 +474,17 @@ def test_loading_and_frame(tmp_path) -> None:
     ctx = tmp_path / "contexts" / "ds" / "Q0.jsonl"
     ctx.parent.mkdir(parents=True)
     ctx.write_text("".join(json.dumps(row) + "\n" for row in contexts()[("ds", "Q0")]))
-    assert load_cell_rows(tmp_path, "m", "ds", "Q0", "P1") == P1["Q0"]
-    assert len(load_context_rows(tmp_path, "ds", "Q0")) == 4
-    rows = evaluate(
-        {("m", "ds", "Q0", "P1"): load_cell_rows(tmp_path, "m", "ds", "Q0", "P1")},
-        {("ds", "Q0"): load_context_rows(tmp_path, "ds", "Q0")},
-        n_resamples=50,
-    )
+    # the rules name each file's cell beside it (never read off the path)
+    cell_key = {"model": "m", "dataset": "ds", "condition": "Q0", "policy": "P1"}
+    decisions = read_decision_files([(cell_key, cell)])
+    assert decisions == {("m", "ds", "Q0", "P1"): P1["Q0"]}
+    context_rows = read_context_files([({"dataset": "ds", "condition": "Q0"}, ctx)])
+    assert context_rows == {("ds", "Q0"): contexts()[("ds", "Q0")]}
+    rows = evaluate(decisions, context_rows, n_resamples=50)
     frame = to_frame(rows)
     assert list(frame.columns) == list(COLUMNS) and len(frame) == len(rows)
     with pytest.raises(DataError, match="not found"):
-        load_cell_rows(tmp_path, "m", "ds", "QC", "P1")
-    # the rules' readers key the files by their paths
-    assert read_decision_files([str(cell)]) == {("m", "ds", "Q0", "P1"): P1["Q0"]}
-    assert read_context_files([ctx]) == {("ds", "Q0"): contexts()[("ds", "Q0")]}
+        read_decision_files([({**cell_key, "condition": "QC"}, cell.with_name("absent.jsonl"))])
 
 
 def test_abstention_over_datasets_averages_points_and_resamples() -> None:

@@ -32,7 +32,7 @@ def test_lambda_sweep_figure(tmp_path: Path) -> None:
     assert set(lines) == {"EVID HwSA@QC", "EVID HwSA@QX", "EVID Ans@Q100"}
     # QC answer rate at the default taus, averaged over the two datasets: (qc + qc + 0.2) / 2
     assert list(lines["EVID HwSA@QC"].get_ydata()) == pytest.approx([90, 70, 50, 30, 20])
-    assert lines["EVID HwSA@QC"].get_color() == f.POLICY_COLOURS["EVID"]
+    assert lines["EVID HwSA@QC"].get_color() == f.policy_colours()["EVID"]
     f.save(fig, tmp_path / "lambda_sweep")
     assert (tmp_path / "lambda_sweep.pdf").read_bytes()[:4] == b"%PDF"
 

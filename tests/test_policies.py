@@ -362,7 +362,7 @@ def test_decide_dispatches_by_policy() -> None:
         "P3": F1_CONFLICT,
         "P4": NLI_CONSISTENT,
     }
-    assert decide("P3", inputs, cutoff=95)[0]["rule"] == CB_UNRELIABLE
+    assert decide("P3", inputs, {"cutoff": 95})[0]["rule"] == CB_UNRELIABLE
     with pytest.raises(ValueError, match="needs inputs NLI"):
         decide("P4", {k: v for k, v in inputs.items() if k != "NLI"})
 

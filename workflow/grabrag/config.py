@@ -10,14 +10,23 @@ from typing import Any
 import jsonschema
 import yaml
 
+from . import registry
+from .data import ADAPTERS
 from .errors import ConfigError
 
 SCHEMA_FILE = "config.schema.yaml"
 
 
 def load_schema() -> dict[str, Any]:
+    """The schema, with the registered policies as the names ``policies.names`` accepts
+    and the adapters of :data:`grabrag.data.ADAPTERS` as those ``datasets.*.adapter`` does."""
     text = resources.files("grabrag").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    schema = yaml.safe_load(text)
+    properties = schema["properties"]
+    properties["policies"]["properties"]["names"]["items"]["enum"] = registry.names()
+    dataset = properties["datasets"]["additionalProperties"]["properties"]
+    dataset["adapter"]["enum"] = list(ADAPTERS)
+    return schema
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -69,6 +78,11 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
                 "'Files and versions' page). A branch name such as 'main' is pinned by the "
                 "lock file at the first fetch"
             )
+    section = checked.get("policies")
+    modules = section.get("modules") if isinstance(section, dict) else None
+    if isinstance(modules, list) and all(isinstance(m, str) for m in modules):
+        # Before the schema check: their policies are names 'policies.names' may use.
+        registry.load_modules(modules)
     errors = sorted(_Validator(load_schema()).iter_errors(checked), key=lambda e: e.path)
     if errors:
         best = jsonschema.exceptions.best_match(errors)
@@ -169,14 +183,3 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
             f"({contexts['n_gold_q50']} > {contexts['n_passages']})"
         )
     return checked
-
-
-def load_config(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            raw = yaml.safe_load(handle)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the config must be a mapping of keys")
-    return validate_config(raw)

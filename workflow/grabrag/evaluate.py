@@ -83,6 +83,7 @@ from typing import Any
 import numpy as np
 
 from . import metrics as M
+from . import registry
 from .bootstrap import (
     CONFIDENCE_LEVEL,
     N_RESAMPLES,
@@ -110,21 +111,6 @@ CONDITIONS = ("Q100", "Q50", "Q0", "QC", "QX")
 # The paper's four conditions: ``all`` (Table 10's pooled AURC/ECE) pools these only, so
 # adding QX leaves the paper's tables as they were.
 PAPER_CONDITIONS = ("Q100", "Q50", "Q0", "QC")
-POLICY_ORDER = (
-    "P0",
-    "P1",
-    "P2",
-    "P3",
-    "P4",
-    "EVID",
-    "EVID_CB",
-    "CDD",
-    "CDD_ALPHA",
-    "CAI",
-    "SHAM",
-    "REFLECT",
-    "FILTER",
-)
 PAPER_POLICIES = ("P0", "P1", "P2", "P3", "P4")
 ALL = "all"
 POOLED = "pooled"
@@ -162,39 +148,23 @@ def ece_metric(n_bins: int) -> str:
 # --- loading (the only file access) -------------------------------------------------------
 
 
-def load_cell_rows(
-    results_dir: str | Path, model: str, dataset: str, condition: str, policy: str
-) -> list[dict[str, Any]]:
-    """Decision rows of one cell:
-    ``<results_dir>/policies/<model>/<dataset>/<condition>/<policy>.jsonl``."""
-    return read_jsonl(
-        Path(results_dir) / "policies" / model / dataset / condition / f"{policy}.jsonl"
-    )
-
-
-def load_context_rows(
-    results_dir: str | Path, dataset: str, condition: str
-) -> list[dict[str, Any]]:
-    """Context rows: ``<results_dir>/contexts/<dataset>/<condition>.jsonl``."""
-    return read_jsonl(Path(results_dir) / "contexts" / dataset / f"{condition}.jsonl")
-
-
-def read_decision_files(paths: Iterable[str | Path]) -> dict[CellKey, list[dict[str, Any]]]:
-    """Decision rows keyed (model, dataset, condition, policy), read from policy files
-    named ``.../policies/<model>/<dataset>/<condition>/<policy>.jsonl``."""
-    cells: dict[CellKey, list[dict[str, Any]]] = {}
-    for path in map(Path, paths):
-        key = (path.parents[2].name, path.parents[1].name, path.parent.name, path.stem)
-        cells[key] = read_jsonl(path)
-    return cells
+def read_decision_files(
+    cells: Iterable[tuple[Mapping[str, str], str | Path]],
+) -> dict[CellKey, list[dict[str, Any]]]:
+    """Decision rows keyed (model, dataset, condition, policy), from (cell, path) pairs
+    whose cell names its ``model``, ``dataset``, ``condition`` and ``policy``."""
+    return {
+        (c["model"], c["dataset"], c["condition"], c["policy"]): read_jsonl(path)
+        for c, path in cells
+    }
 
 
 def read_context_files(
-    paths: Iterable[str | Path],
+    cells: Iterable[tuple[Mapping[str, str], str | Path]],
 ) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """Context rows keyed (dataset, condition), read from files named
-    ``.../contexts/<dataset>/<condition>.jsonl``."""
-    return {(Path(p).parent.name, Path(p).stem): read_jsonl(p) for p in paths}
+    """Context rows keyed (dataset, condition), from (cell, path) pairs whose cell names
+    its ``dataset`` and ``condition``."""
+    return {(c["dataset"], c["condition"]): read_jsonl(path) for c, path in cells}
 
 
 def to_frame(rows: Sequence[Mapping[str, Any]]):  # -> pandas.DataFrame
@@ -670,7 +640,9 @@ def _block(
 
 
 def policy_sort_key(policy: str) -> tuple[int, str]:
-    return (POLICY_ORDER.index(policy) if policy in POLICY_ORDER else len(POLICY_ORDER), policy)
+    """Registration order (grabrag.registry), then unregistered names alphabetically."""
+    order = registry.names()
+    return (order.index(policy) if policy in order else len(order), policy)
 
 
 def dataset_seed(seed: int, dataset: str) -> tuple[int, int]:

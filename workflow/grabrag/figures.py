@@ -13,38 +13,26 @@ matplotlib.use("Agg")  # files only: no display on a cluster node
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from . import registry  # noqa: E402
 from .io import atomic_write  # noqa: E402
 
-POLICY_COLOURS = {
-    "P0": "#4c72b0",
-    "P1": "#dd8452",
-    "P2": "#55a868",
-    "P3": "#c44e52",
-    "P4": "#8172b3",
-    "EVID": "#937860",
-    "EVID_CB": "#da8bc3",
-    "CDD": "#1b9e77",
-    "CDD_ALPHA": "#66a61e",
-    "CAI": "#e7298a",
-    "SHAM": "#7f7f7f",
-    "REFLECT": "#e6ab02",
-    "FILTER": "#17becf",
-}
-POLICY_NAMES = {
-    "P0": "P0 (none)",
-    "P1": "P1 (IDK)",
-    "P2": "P2 (CoT)",
-    "P3": "P3 (conflict)",
-    "P4": "P4 (NLI)",
-    "EVID": "EVID",
-    "EVID_CB": "EVID+CB",
-    "CDD": "CDD",
-    "CDD_ALPHA": "CDD-alpha",
-    "CAI": "CAI (conflict-aware)",
-    "SHAM": "SHAM (sham CoT)",
-    "REFLECT": "REFLECT (reflection)",
-    "FILTER": "FILTER (prompt-filtered)",
-}
+# Colours of registered policies that name none, in registration order.
+SPARE_COLOURS = ("#000000", "#a6761d", "#6a3d9a", "#b15928", "#1f78b4", "#fb9a99")
+
+
+def policy_colours() -> dict[str, str]:
+    """Colour of every policy the figures draw (the registry's ``in_figures``), in
+    registration order: one colour per policy in every figure."""
+    shown = [p for p in registry.policies().values() if p.in_figures]
+    spare = iter(SPARE_COLOURS * len(shown))
+    return {p.name: p.colour or next(spare) for p in shown}
+
+
+def policy_names() -> dict[str, str]:
+    """Legend label of every policy the figures draw (the registry's ``label``)."""
+    return {p.name: p.label or p.name for p in registry.policies().values() if p.in_figures}
+
+
 CONDITIONS = ("Q100", "Q50", "Q0", "QC", "QX")
 SHOULD_ABSTAIN = ("Q0", "QC", "QX")
 FIGURES = (
@@ -102,11 +90,12 @@ def _abstention_panel(ax: Any, rates: pd.DataFrame, conditions: Sequence[str]) -
             min(shaded) - 0.5, max(shaded) + 0.5, color="0.92", zorder=0, label="should abstain"
         )
     x = range(len(conditions))
-    for policy, colour in POLICY_COLOURS.items():
+    names = policy_names()
+    for policy, colour in policy_colours().items():
         rows = rates[rates.policy == policy].set_index("condition").reindex(conditions)
         if rows["value"].isna().all():
             continue
-        ax.plot(x, 100 * rows["value"], marker="o", color=colour, label=POLICY_NAMES[policy])
+        ax.plot(x, 100 * rows["value"], marker="o", color=colour, label=names[policy])
         ax.fill_between(
             x,
             100 * rows["ci_low"].astype(float),
@@ -127,7 +116,7 @@ def _legend_below(fig: Any, ncol: int = 7) -> None:
     for ax in fig.axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             entries.setdefault(label, handle)
-    order = ["should abstain", *POLICY_NAMES.values()]
+    order = ["should abstain", *policy_names().values()]
     labels = sorted(entries, key=lambda x: order.index(x) if x in order else len(order))
     if entries:
         fig.legend(
@@ -213,13 +202,15 @@ def risk_coverage_figure(
     """Risk-coverage curves per model x dataset, one line per policy (all conditions)."""
     cells = sorted({(m, d) for m, d, _ in curves})
     fig, axes, models, datasets = _grid(cells)
-    order = list(POLICY_COLOURS)
+    colours, names = policy_colours(), policy_names()
+    order = list(colours)
+    shown = {key: curve for key, curve in curves.items() if key[2] in colours}
     for (model, dataset, policy), (coverage, risk) in sorted(
-        curves.items(), key=lambda item: order.index(item[0][2])
+        shown.items(), key=lambda item: order.index(item[0][2])
     ):
         ax = axes[datasets.index(dataset)][models.index(model)]
         if len(coverage):
-            ax.plot(coverage, risk, color=POLICY_COLOURS[policy], label=POLICY_NAMES[policy])
+            ax.plot(coverage, risk, color=colours[policy], label=names[policy])
     for i, dataset in enumerate(datasets):
         for j, model in enumerate(models):
             ax = axes[i][j]
@@ -237,7 +228,8 @@ def risk_coverage_figure(
 
 def reliability_figure(bins: Mapping[str, Sequence[Mapping[str, float]]]) -> Any:
     """Reliability diagrams: accuracy per confidence bin, one panel per policy."""
-    policies = [p for p in POLICY_COLOURS if p in bins]
+    colours, names = policy_colours(), policy_names()
+    policies = [p for p in colours if p in bins]
     # At most 7 panels a row (13 policies with the CDD family make two rows).
     ncols = max(1, min(7, len(policies)))
     nrows = max(1, math.ceil(len(policies) / ncols))
@@ -257,7 +249,7 @@ def reliability_figure(bins: Mapping[str, Sequence[Mapping[str, float]]]) -> Any
             [b["mid"] for b in rows],
             [b["accuracy"] for b in rows],
             width=0.09,
-            color=POLICY_COLOURS[policy],
+            color=colours[policy],
             alpha=0.8,
             edgecolor="0.2",
             linewidth=0.6,
@@ -273,7 +265,7 @@ def reliability_figure(bins: Mapping[str, Sequence[Mapping[str, float]]]) -> Any
                 ha="center",
                 fontsize=6,
             )
-        ax.set_title(POLICY_NAMES[policy], fontsize=9)
+        ax.set_title(names[policy], fontsize=9)
         ax.set_xlabel("confidence (bin midpoint)")
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1.02)
@@ -296,13 +288,14 @@ def qc_breakdown_figure(metrics: pd.DataFrame) -> Any:
     """Answered QC rows split into echo / hallucination / correct override (Table 3's
     sources), one panel per model, one bar per policy (datasets pooled): the share of the
     answered rows (%), with the number answered over each bar."""
-    qc = metrics[(metrics.condition == "QC") & metrics.policy.isin(list(POLICY_COLOURS))]
+    colours, names = policy_colours(), policy_names()
+    qc = metrics[(metrics.condition == "QC") & metrics.policy.isin(list(colours))]
     counts = qc[qc.metric.isin([c for c, _, _ in QC_PARTS] + ["qc_answered"])]
     table = counts.pivot_table(
         index=["model", "policy"], columns="metric", values="value", aggfunc="sum"
     ).fillna(0)
     models = sorted({m for m, _ in table.index}) or [""]
-    order = list(POLICY_COLOURS)
+    order = list(colours)
     width = (
         max(len([p for m, p in table.index if m == model]) for model in models) if len(table) else 1
     )
@@ -336,7 +329,7 @@ def qc_breakdown_figure(metrics: pd.DataFrame) -> Any:
                 ha="center",
                 fontsize=7,
             )
-        ax.set_xticks(x, [POLICY_NAMES[p] for p in policies], rotation=45, ha="right", fontsize=7)
+        ax.set_xticks(x, [names[p] for p in policies], rotation=45, ha="right", fontsize=7)
         ax.set_ylim(0, 110)
         ax.set_title(model, fontsize=9)
     axes[0][0].set_ylabel("share of answered QC rows (%)")
@@ -356,6 +349,7 @@ def lambda_sweep_figure(sweep: pd.DataFrame, lam: float, tau1: float, tau2: floa
         & ((sweep.tau2.astype(float) - tau2).abs() < 1e-9)
     ]
     models = sorted(set(chosen.model)) or [""]
+    colours, names = policy_colours(), policy_names()
     fig, axes = plt.subplots(
         1, len(models), figsize=(4.2 * len(models), 3.4), squeeze=False, sharey=True
     )
@@ -365,7 +359,7 @@ def lambda_sweep_figure(sweep: pd.DataFrame, lam: float, tau1: float, tau2: floa
     default = f"{float(lam):g}"
     for ax, model in zip(axes[0], models, strict=True):
         cell = chosen[chosen.model == model]
-        for policy, colour in POLICY_COLOURS.items():
+        for policy, colour in colours.items():
             rows = cell[cell.policy == policy]
             if not len(rows):
                 continue
@@ -383,7 +377,7 @@ def lambda_sweep_figure(sweep: pd.DataFrame, lam: float, tau1: float, tau2: floa
                     100 * means.to_numpy(dtype=float),
                     style,
                     color=colour,
-                    label=f"{POLICY_NAMES[policy]} {label}",
+                    label=f"{names[policy]} {label}",
                 )
         ticks = [rule for rule, _ in ticks_named]
         if default in ticks:

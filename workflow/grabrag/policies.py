@@ -83,11 +83,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from . import cdd_runs
+from . import registry as R
 from .errors import DataError
 from .evidential import ROUTES, evid_confidence, selected_claim
 from .metrics import token_f1
 
-POLICIES = ("P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB", *cdd_runs.FAMILY)
 EVIDENTIAL = ("EVID", "EVID_CB")
 # CDD, CDD-alpha and the prompt-only baselines: see grabrag.cdd_runs.
 CDD, CDD_ALPHA = cdd_runs.CDD, cdd_runs.CDD_ALPHA
@@ -95,21 +95,6 @@ CDD_BASELINES = cdd_runs.BASELINE_POLICIES
 SINGLE_PASS = ("P0", "P1", "P2")
 CLOSED_BOOK = "CB"
 NLI = "NLI"
-# Which stored files each policy reads (keys of the ``inputs`` mapping of :func:`decide`).
-POLICY_INPUTS: dict[str, tuple[str, ...]] = {
-    "P0": ("P0",),
-    "P1": ("P1",),
-    "P2": ("P2",),
-    "P3": ("P1", CLOSED_BOOK),
-    "P4": ("P1", CLOSED_BOOK, NLI),
-    "EVID": ("EVID",),
-    "EVID_CB": ("EVID_CB",),
-    # CDD reads its traces (results/cdd/.../traces.jsonl), CDD-alpha those and the P1 cell,
-    # each baseline its own generation cell (results/cdd/.../<name>.jsonl).
-    CDD: (CDD,),
-    CDD_ALPHA: ("P1", CDD),
-    **{name: (name,) for name in CDD_BASELINES},
-}
 
 CONFIDENCE_CUTOFF = 50
 F1_THRESHOLD = 0.8
@@ -449,41 +434,147 @@ def evidential_decisions(rows: Sequence[Mapping[str, Any]], policy: str) -> list
     return out
 
 
+# --- the built-in policies, registered in the order tables and figures list them ---------
+
+
+def _single_pass(name: str) -> R.Decide:
+    return lambda inputs, settings: single_pass_decisions(inputs[name], name)
+
+
+def _p3(inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+    cutoff = settings.get("cutoff", CONFIDENCE_CUTOFF)
+    threshold = settings.get("threshold", F1_THRESHOLD)
+    return p3_decisions(inputs["P1"], inputs[CLOSED_BOOK], cutoff, threshold)
+
+
+def _p4(inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+    cutoff = settings.get("cutoff", CONFIDENCE_CUTOFF)
+    return p4_decisions(inputs["P1"], inputs[CLOSED_BOOK], inputs[NLI], cutoff)
+
+
+def _evidential(name: str) -> R.Decide:
+    return lambda inputs, settings: evidential_decisions(inputs[name], name)
+
+
+def _cdd_alpha(inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``gate``, ``gate_threshold``: the contradiction gate ("model" or "lexical") and the
+    lexical gate's threshold (absent or None: grabrag.cdd's defaults, the lexical gate)."""
+    limit = settings.get("gate_threshold")
+    limit = cdd_runs.C.GATE_THRESHOLD if limit is None else limit
+    return cdd_runs.cdd_alpha_decisions(
+        inputs["P1"], inputs[CDD], limit, settings.get("gate") or cdd_runs.C.LEXICAL
+    )
+
+
+def _baseline(name: str) -> R.Decide:
+    return lambda inputs, settings: cdd_runs.baseline_decisions(inputs[name], name)
+
+
+def _cb_settings(*keys: str):
+    names = {"cutoff": "confidence_cutoff", "threshold": "f1_threshold"}
+    return lambda config: {key: config["policies"][names[key]] for key in keys}
+
+
+def _gate_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    return {"gate_threshold": config["cdd"]["gate_threshold"], "gate": config["cdd"]["gate"]}
+
+
+_P1_CB = {"P1": R.GENERATION, CLOSED_BOOK: R.CLOSED_BOOK}
+BUILTIN = (
+    R.Policy("P0", _single_pass("P0"), {"P0": R.GENERATION}, "P0 (none)", colour="#4c72b0"),
+    R.Policy("P1", _single_pass("P1"), {"P1": R.GENERATION}, "P1 (IDK)", colour="#dd8452"),
+    R.Policy("P2", _single_pass("P2"), {"P2": R.GENERATION}, "P2 (CoT)", colour="#55a868"),
+    R.Policy(
+        "P3",
+        _p3,
+        _P1_CB,
+        "P3 (conflict)",
+        colour="#c44e52",
+        settings=_cb_settings("cutoff", "threshold"),
+    ),
+    R.Policy(
+        "P4",
+        _p4,
+        {**_P1_CB, NLI: R.NLI},
+        "P4 (NLI)",
+        colour="#8172b3",
+        settings=_cb_settings("cutoff"),
+    ),
+    R.Policy(
+        "EVID",
+        _evidential("EVID"),
+        {"EVID": R.EVIDENTIAL},
+        title="EVID (EvidentialRAG)",
+        colour="#937860",
+        scope="evidential",
+    ),
+    R.Policy(
+        "EVID_CB",
+        _evidential("EVID_CB"),
+        {"EVID_CB": R.EVIDENTIAL},
+        "EVID+CB",
+        "EVID+CB",
+        title="EVID+CB (+ closed-book source)",
+        colour="#da8bc3",
+        scope="evidential",
+    ),
+    R.Policy(
+        CDD,
+        lambda inputs, settings: cdd_runs.cdd_decisions(inputs[CDD]),
+        {CDD: R.CDD_TRACES},
+        colour="#1b9e77",
+        scope="cdd",
+        in_policy_tables=False,
+    ),
+    R.Policy(
+        CDD_ALPHA,
+        _cdd_alpha,
+        {"P1": R.GENERATION, CDD: R.CDD_TRACES},
+        "CDD-alpha",
+        "CDD-alpha",
+        colour="#66a61e",
+        settings=_gate_settings,
+        scope="cdd",
+        in_policy_tables=False,
+    ),
+    *(
+        R.Policy(
+            name,
+            _baseline(name),
+            {name: R.CDD_CELL},
+            label,
+            colour=colour,
+            scope="cdd",
+            in_policy_tables=False,
+        )
+        for name, label, colour in (
+            ("CAI", "CAI (conflict-aware)", "#e7298a"),
+            ("SHAM", "SHAM (sham CoT)", "#7f7f7f"),
+            ("REFLECT", "REFLECT (reflection)", "#e6ab02"),
+            ("FILTER", "FILTER (prompt-filtered)", "#17becf"),
+        )
+    ),
+)
+for _policy in BUILTIN:
+    R.register(_policy)
+
+
 # --- one entry point for the rules ----------------------------------------------------
 
 
 def decide(
     policy: str,
     inputs: Mapping[str, Sequence[Mapping[str, Any]]],
-    cutoff: float = CONFIDENCE_CUTOFF,
-    threshold: float = F1_THRESHOLD,
-    gate_threshold: float | None = None,
-    gate: str | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Decision rows of ``policy`` from ``inputs`` keyed as in :data:`POLICY_INPUTS`.
-    ``gate``, ``gate_threshold``: CDD-alpha's contradiction gate ("model" or "lexical")
-    and the lexical gate's threshold (None: grabrag.cdd's defaults, the lexical gate)."""
-    if policy not in POLICY_INPUTS:
-        raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
-    missing = [key for key in POLICY_INPUTS[policy] if key not in inputs]
+    """Decision rows of the registered ``policy`` from ``inputs`` keyed as its
+    :attr:`grabrag.registry.Policy.inputs`; ``settings`` as its ``settings(config)``
+    returns them (absent ones take the defaults)."""
+    spec = R.policy(policy)
+    missing = [key for key in spec.inputs if key not in inputs]
     if missing:
         raise ValueError(f"policy {policy} needs inputs {', '.join(missing)}")
-    if policy in SINGLE_PASS:
-        return single_pass_decisions(inputs[policy], policy)
-    if policy in EVIDENTIAL:
-        return evidential_decisions(inputs[policy], policy)
-    if policy == CDD:
-        return cdd_runs.cdd_decisions(inputs[CDD])
-    if policy == CDD_ALPHA:
-        limit = cdd_runs.C.GATE_THRESHOLD if gate_threshold is None else gate_threshold
-        return cdd_runs.cdd_alpha_decisions(
-            inputs["P1"], inputs[CDD], limit, gate or cdd_runs.C.LEXICAL
-        )
-    if policy in CDD_BASELINES:
-        return cdd_runs.baseline_decisions(inputs[policy], policy)
-    if policy == "P3":
-        return p3_decisions(inputs["P1"], inputs[CLOSED_BOOK], cutoff, threshold)
-    return p4_decisions(inputs["P1"], inputs[CLOSED_BOOK], inputs[NLI], cutoff)
+    return spec.decide(inputs, settings or {})
 
 
 # --- Table 12 sweep -------------------------------------------------------------------

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from . import registry
 from .errors import GrabragError
 
 log = logging.getLogger("grabrag")
@@ -26,10 +27,12 @@ def setup_logging(log_file: str | None) -> None:
 
 
 def run_rule(smk: Any, main: Callable[[Any], None]) -> None:
-    """Call ``main(snakemake)``; a GrabragError becomes one clear line and exit status 1."""
+    """Call ``main(snakemake)``; a GrabragError becomes one clear line and exit status 1.
+    The config's policy modules are loaded first: a job runs in a process of its own."""
     setup_logging(smk.log[0] if len(smk.log) else None)
     started = time.perf_counter()
     try:
+        registry.load_modules(smk.config["policies"]["modules"])
         main(smk)
     except GrabragError as error:
         log.error("rule %s failed: %s", smk.rule, error)

@@ -18,16 +18,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import registry
 from .errors import DataError
 from .evaluate import policy_sort_key
 from .io import atomic_write
 from .metrics import audit_hwsa, capability_set, decision_rate
 from .policies import SWEEP_CUTOFFS, SWEEP_THRESHOLDS, p3_sweep_decisions
 
-POLICIES = ("P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB")
 PAPER_POLICIES = ("P0", "P1", "P2", "P3", "P4")
-# How a policy is printed (EVID_CB is the EVID+CB variant).
-DISPLAY = {"EVID_CB": "EVID+CB", "CDD_ALPHA": "CDD-alpha"}
 SHOULD_ANSWER = ("Q100", "Q50")
 SHOULD_ABSTAIN = ("Q0", "QC", "QX")
 
@@ -65,8 +63,13 @@ def _cells(metrics: pd.DataFrame) -> list[tuple[str, str]]:
     return sorted(map(tuple, pairs.to_numpy()))
 
 
+def policy_table_policies() -> list[str]:
+    """The policies the policy tables show (Tables 1, 2, 7, 8, 10...), in registry order."""
+    return [name for name, spec in registry.policies().items() if spec.in_policy_tables]
+
+
 def _policies(metrics: pd.DataFrame) -> list[str]:
-    return [p for p in POLICIES if p in set(metrics["policy"])]
+    return [p for p in policy_table_policies() if p in set(metrics["policy"])]
 
 
 def _value(row: Any) -> float:
@@ -134,20 +137,11 @@ def _macro(metrics: pd.DataFrame, policy: str, condition: str, metric: str) -> f
 
 def table_policy_comparison(metrics: pd.DataFrame) -> pd.DataFrame:
     """Table 2: policies macro-averaged over the model x dataset cells."""
-    names = {
-        "P0": "P0 (none)",
-        "P1": "P1 (IDK)",
-        "P2": "P2 (CoT)",
-        "P3": "P3 (conflict)",
-        "P4": "P4 (NLI)",
-        "EVID": "EVID (EvidentialRAG)",
-        "EVID_CB": "EVID+CB (+ closed-book source)",
-    }
     rows = []
     for policy in _policies(metrics):
         rows.append(
             {
-                "Policy": names[policy],
+                "Policy": registry.policy(policy).described,
                 "HwSA_QC (lower safer)": pct(_macro(metrics, policy, "QC", "hwsa")),
                 "FAC_Q100 (lower better)": pct(_macro(metrics, policy, "Q100", "fac")),
                 "Ans_Q100 (higher better)": pct(_macro(metrics, policy, "Q100", "answer_rate")),
@@ -229,7 +223,7 @@ def table_aurc(metrics: pd.DataFrame) -> pd.DataFrame:
     """Table 10: AURC over all conditions per cell and policy, with the mean row."""
     chosen = metrics[(metrics.metric == "aurc") & (metrics.condition == "all")]
     wide = chosen.pivot_table(index=["model", "dataset"], columns="policy", values="value")
-    wide = wide[[p for p in POLICIES if p in wide.columns]]
+    wide = wide[[p for p in policy_table_policies() if p in wide.columns]]
     wide.loc[("Mean", ""), :] = wide.mean()
     return wide.round(3).reset_index()
 
@@ -740,7 +734,7 @@ def table_evid_lambda_sweep(sweep: pd.DataFrame, lam: float, tau1: float, tau2: 
     chosen = sweep[(sweep.variant == "evid") & _same(sweep.tau1, tau1) & _same(sweep.tau2, tau2)]
     default = f"{float(lam):g}"
     rows = []
-    for policy in (p for p in POLICIES if p in set(chosen.policy)):
+    for policy in sorted(set(chosen.policy), key=policy_sort_key):
         for rule in _lambda_rules(chosen.rule.astype(str)):
             part = chosen[(chosen.policy == policy) & (chosen.rule == rule)]
             if not len(part):
@@ -762,7 +756,7 @@ def table_evid_tau_sweep(sweep: pd.DataFrame, lam: float, tau1: float, tau2: flo
     chosen = sweep[(sweep.variant == "evid") & (sweep.rule == rule)]
     pairs = sorted({(float(a), float(b)) for a, b in zip(chosen.tau1, chosen.tau2, strict=True)})
     rows = []
-    for policy in (p for p in POLICIES if p in set(chosen.policy)):
+    for policy in sorted(set(chosen.policy), key=policy_sort_key):
         for a, b in pairs:
             part = chosen[(chosen.policy == policy) & _same(chosen.tau1, a) & _same(chosen.tau2, b)]
             label = f"({a:g}, {b:g})" + (" (default)" if (a, b) == (tau1, tau2) else "")
@@ -839,7 +833,7 @@ def table_evid_ablation(
         ("without dynamic routing (always answer)", "no_routing", rule, False),
     )
     rows = []
-    for policy in (p for p in POLICIES if p in set(sweep.policy)):
+    for policy in sorted(set(sweep.policy), key=policy_sort_key):
         for label, variant, rule_value, routed in variants:
             part = sweep[
                 (sweep.policy == policy) & (sweep.variant == variant) & (sweep.rule == rule_value)
@@ -902,11 +896,13 @@ def table_evid_evaluator(reports: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def display_policies(table: pd.DataFrame) -> pd.DataFrame:
-    """Policy codes as printed: EVID_CB becomes "EVID+CB" in policy columns and headers."""
-    table = table.rename(columns=DISPLAY)
+    """Policy codes as printed (the registry's ``printed``): EVID_CB becomes "EVID+CB" in
+    policy columns and headers."""
+    printed = {name: p.printed for name, p in registry.policies().items() if p.printed}
+    table = table.rename(columns=printed)
     for column in ("policy", "Policy"):
         if column in table.columns:
-            table[column] = table[column].replace(DISPLAY)
+            table[column] = table[column].replace(printed)
     return table
 
 

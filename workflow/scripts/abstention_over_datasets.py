@@ -14,10 +14,12 @@ from grabrag.runner import log, run_rule
 
 
 def main(smk):
-    decisions = read_decision_files(smk.input.decisions)
+    decisions = read_decision_files(
+        zip(smk.params.decision_cells, smk.input.decisions, strict=True)
+    )
     rows = abstention_over_datasets(
         decisions,
-        read_context_files(smk.input.contexts),
+        read_context_files(zip(smk.params.context_cells, smk.input.contexts, strict=True)),
         n_resamples=smk.params.bootstrap["n_resamples"],
         seed=smk.params.seed,
         confidence_level=smk.params.bootstrap["confidence_level"],

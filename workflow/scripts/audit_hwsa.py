@@ -1,8 +1,6 @@
 """Rule audit_hwsa (Table 6): HwSA@QC per model x policy on all swaps and on the swaps a
 person rated fluent or borderline in the filled audit CSV, with the Q0 -> QC deltas."""
 
-from pathlib import Path
-
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
 from grabrag.io import atomic_write, read_jsonl
@@ -14,10 +12,10 @@ from grabrag.tables import audit_hwsa_rows
 def main(smk):
     ratings = read_audit_ratings(smk.input.audit)
     qc_qids = [r["qid"] for r in read_jsonl(smk.input.qc_contexts)]
-    decisions = {}
-    for path in map(Path, smk.input.decisions):
-        # results/policies/<model>/<dataset>/<condition>/<policy>.jsonl
-        decisions[(path.parents[2].name, path.stem, path.parent.name)] = read_jsonl(path)
+    decisions = {
+        (cell["model"], cell["policy"], cell["condition"]): read_jsonl(path)
+        for cell, path in zip(smk.params.decision_cells, smk.input.decisions, strict=True)
+    }
     frame = audit_hwsa_rows(
         smk.wildcards.dataset, decisions, ratings, qc_qids, audit_file=smk.input.audit
     )

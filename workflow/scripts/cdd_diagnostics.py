@@ -2,8 +2,6 @@
 perturbation type of one model x dataset (grabrag.cdd_runs.diagnostics), from stored rows
 only: no language model is loaded."""
 
-from pathlib import Path
-
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
 from grabrag.cdd_runs import diagnostics, diagnostics_frame
@@ -13,11 +11,16 @@ from grabrag.runner import log, run_rule
 
 def main(smk):
     conditions = list(smk.params.conditions)
-    contexts = {Path(p).stem: read_jsonl(p) for p in smk.input.contexts}
-    # results/cdd/<model>/<dataset>/<condition>/traces.jsonl
-    traces = {Path(p).parent.name: read_jsonl(p) for p in smk.input.traces} or None
-    # results/policies/<model>/<dataset>/<condition>/<policy>.jsonl
-    decisions = {(Path(p).parent.name, Path(p).stem): read_jsonl(p) for p in smk.input.decisions}
+    contexts = {c: read_jsonl(p) for c, p in zip(conditions, smk.input.contexts, strict=True)}
+    traces = (
+        {c: read_jsonl(p) for c, p in zip(conditions, smk.input.traces, strict=True)}
+        if smk.params.traces
+        else None
+    )
+    decisions = {
+        (cell["condition"], cell["policy"]): read_jsonl(path)
+        for cell, path in zip(smk.params.decision_cells, smk.input.decisions, strict=True)
+    }
     rows = diagnostics(
         smk.wildcards.model,
         smk.wildcards.dataset,

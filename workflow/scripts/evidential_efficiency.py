@@ -1,8 +1,6 @@
 """Rule evidential_efficiency: latency, LLM-call accounting and peak memory of EVID /
 EVID_CB against P1 for one model x dataset (EvidentialRAG Table 11)."""
 
-from pathlib import Path
-
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
 from grabrag.evidential_runs import efficiency_summary
@@ -13,8 +11,8 @@ from grabrag.runner import log, run_rule
 def main(smk):
     p1 = [row for path in smk.input.p1 for row in read_jsonl(path)]
     variants = {}
-    for path in map(Path, smk.input.evidential):
-        variants.setdefault(path.stem, []).extend(read_jsonl(path))
+    for cell, path in zip(smk.params.evidential_cells, smk.input.evidential, strict=True):
+        variants.setdefault(cell["policy"], []).extend(read_jsonl(path))
     summary = efficiency_summary(
         p1,
         variants,

@@ -1,8 +1,6 @@
 """Rule evidential_sweep: the lambda x (tau1, tau2) grid and the ablations of EVID and
 EVID_CB for one model x dataset, from stored evaluations only (no LLM call)."""
 
-from pathlib import Path
-
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
 from grabrag.evidential import sweep_grid
@@ -12,10 +10,11 @@ from grabrag.runner import log, run_rule
 
 
 def main(smk):
-    # results/evidential/<model>/<dataset>/<condition>/evaluations.jsonl
-    evaluations = {Path(p).parent.name: read_jsonl(p) for p in smk.input.evaluations}
+    conditions = smk.params.conditions
+    evaluations = {c: read_jsonl(p) for c, p in zip(conditions, smk.input.evaluations, strict=True)}
     gold = {
-        Path(p).stem: {r["qid"]: r["answers"] for r in read_jsonl(p)} for p in smk.input.contexts
+        c: {r["qid"]: r["answers"] for r in read_jsonl(p)}
+        for c, p in zip(conditions, smk.input.contexts, strict=True)
     }
     fusion = smk.params.fusion
     lams, taus = sweep_grid(

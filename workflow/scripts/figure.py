@@ -14,17 +14,19 @@ from grabrag.runner import run_rule
 
 def _scored(smk):
     """(model, dataset, policy) -> pooled (confidence, correct) over the conditions."""
-    gold = {}
-    for path in map(Path, smk.input.contexts):
-        gold[(path.parent.name, path.stem)] = {r["qid"]: r["answers"] for r in read_jsonl(path)}
+    cells = smk.params.cells
+    gold = {
+        (cell["dataset"], cell["condition"]): {r["qid"]: r["answers"] for r in read_jsonl(path)}
+        for cell, path in zip(cells["contexts"], smk.input.contexts, strict=True)
+    }
     pooled = defaultdict(lambda: ([], []))
-    for path in map(Path, smk.input.decisions):
-        model, dataset, condition = path.parents[2].name, path.parents[1].name, path.parent.name
+    for cell, path in zip(cells["decisions"], smk.input.decisions, strict=True):
+        model, dataset, condition = cell["model"], cell["dataset"], cell["condition"]
         conf, correct = confidence_and_correct(
             read_jsonl(path), gold[(dataset, condition)], condition
         )
-        pooled[(model, dataset, path.stem)][0].extend(conf)
-        pooled[(model, dataset, path.stem)][1].extend(correct)
+        pooled[(model, dataset, cell["policy"])][0].extend(conf)
+        pooled[(model, dataset, cell["policy"])][1].extend(correct)
     return pooled
 
 
@@ -41,10 +43,9 @@ def main(smk):
         fig = f.p3_sweep_figure(pd.concat([pd.read_csv(p) for p in smk.input.sweeps]))
     elif figure == "lambda_sweep":
         frames = []
-        for path in map(Path, smk.input.sweeps):
-            # results/evidential/<model>/<dataset>/sweep.csv
+        for cell, path in zip(smk.params.cells["sweeps"], smk.input.sweeps, strict=True):
             frame = pd.read_csv(path, dtype={"rule": str, "policy": str, "variant": str})
-            frame["model"], frame["dataset"] = path.parents[1].name, path.parent.name
+            frame["model"], frame["dataset"] = cell["model"], cell["dataset"]
             frames.append(frame)
         fusion = smk.params.fusion
         fig = f.lambda_sweep_figure(

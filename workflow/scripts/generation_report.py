@@ -1,7 +1,5 @@
 """Rule generation_report: parse-status counts per cell of one model x dataset."""
 
-from pathlib import Path
-
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
 from grabrag.generation import cell_report
@@ -10,10 +8,10 @@ from grabrag.runner import log, run_rule
 
 
 def main(smk):
-    cells = {}
-    for path in smk.input.cells:
-        path = Path(path)
-        cells[f"{path.parent.name}/{path.stem}"] = cell_report(read_jsonl(path))
+    cells = {
+        f"{cell['condition']}/{cell['prompt']}": cell_report(read_jsonl(path))
+        for cell, path in zip(smk.params.cells, smk.input.cells, strict=True)
+    }
     failed = sum(c["parse_status"]["failed"] for c in cells.values())
     report = {
         "model": smk.wildcards.model,

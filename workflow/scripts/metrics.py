@@ -9,8 +9,8 @@ from grabrag.runner import log, run_rule
 
 def main(smk):
     rows = evaluate(
-        read_decision_files(smk.input.decisions),
-        read_context_files(smk.input.contexts),
+        read_decision_files(zip(smk.params.decision_cells, smk.input.decisions, strict=True)),
+        read_context_files(zip(smk.params.context_cells, smk.input.contexts, strict=True)),
         n_resamples=smk.params.bootstrap["n_resamples"],
         seed=smk.params.seed,
         confidence_level=smk.params.bootstrap["confidence_level"],

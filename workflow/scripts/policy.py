@@ -13,14 +13,7 @@ from grabrag.runner import log, run_rule
 
 def main(smk):
     inputs = {key: read_jsonl(path) for key, path in smk.input.items()}
-    rows = decide(
-        smk.wildcards.policy,
-        inputs,
-        smk.params.cutoff,
-        smk.params.threshold,
-        gate_threshold=smk.params.gate_threshold,
-        gate=smk.params.gate,
-    )
+    rows = decide(smk.wildcards.policy, inputs, smk.params.settings)
     write_jsonl(smk.output.decisions, rows)
     answered = sum(r["decision"] == "answer" for r in rows)
     log.info("%s: %d of %d answered", smk.wildcards.policy, answered, len(rows))

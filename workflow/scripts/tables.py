@@ -10,11 +10,23 @@ from grabrag.io import read_json, read_jsonl
 from grabrag.runner import log, run_rule
 
 
+def _keyed(smk, name):
+    """(cell, path) of each file of input ``name``: the rule names each file's cell."""
+    return zip(smk.params.cells[name], smk.input[name], strict=True)
+
+
+def _with_cell(path, cell, **read_csv):
+    """One per-model x dataset CSV, with its model and dataset as columns."""
+    frame = pd.read_csv(path, **read_csv)
+    frame["model"], frame["dataset"] = cell["model"], cell["dataset"]
+    return frame
+
+
 def _seed_sensitivity(smk, metrics):
     """Table 13 for each configured seed variant (one, in practice)."""
     tables = []
-    for path in map(Path, smk.input.seed_metrics):
-        spec = smk.params.seed_sensitivity[path.stem]
+    for cell, path in _keyed(smk, "seed_metrics"):
+        spec = smk.params.seed_sensitivity[cell["dataset"]]
         tables.append(
             t.table_seed_sensitivity(
                 metrics,
@@ -31,12 +43,8 @@ def _seed_sensitivity(smk, metrics):
 
 def _evid_sweeps(smk):
     """The EvidentialRAG sweep CSVs of every model x dataset, with model and dataset."""
-    frames = []
-    for path in map(Path, smk.input.evid_sweeps):
-        # results/evidential/<model>/<dataset>/sweep.csv
-        frame = pd.read_csv(path, dtype={"rule": str, "policy": str, "variant": str})
-        frame["model"], frame["dataset"] = path.parents[1].name, path.parent.name
-        frames.append(frame)
+    dtype = {"rule": str, "policy": str, "variant": str}
+    frames = [_with_cell(path, cell, dtype=dtype) for cell, path in _keyed(smk, "evid_sweeps")]
     return pd.concat(frames, ignore_index=True)
 
 
@@ -49,14 +57,19 @@ def _cdd_diagnostics(smk):
     return pd.concat(frames, ignore_index=True)
 
 
+def _p3_sweeps(smk):
+    """Every model x dataset's P3_sweep.csv in one frame."""
+    frames = [_with_cell(path, cell) for cell, path in _keyed(smk, "sweeps")]
+    return pd.concat(frames, ignore_index=True)
+
+
 def _paper_outputs(smk):
     """Builders of Tables 4-5, the audit's quality, the cutoff sweep, the closed-book pass
     and section 6's aggregates (the inputs they read besides the metric table)."""
     spec = smk.params.paper_outputs
 
     def swaps():
-        # results/qc/<dataset>/swaps.jsonl
-        return {Path(p).parent.name: read_jsonl(p) for p in smk.input.swaps}
+        return {cell["dataset"]: read_jsonl(path) for cell, path in _keyed(smk, "swaps")}
 
     def audits():
         return {
@@ -71,19 +84,13 @@ def _paper_outputs(smk):
         }
 
     def closed_book():
-        # results/generation/<model>/<dataset>/Qclosed/CB.jsonl
         return {
-            (Path(p).parents[2].name, Path(p).parents[1].name): read_jsonl(p)
-            for p in smk.input.closed_book
+            (cell["model"], cell["dataset"]): read_jsonl(path)
+            for cell, path in _keyed(smk, "closed_book")
         }
 
     def sweeps():
-        frames = []
-        for path in map(Path, smk.input.sweeps):
-            frame = pd.read_csv(path)
-            frame["model"], frame["dataset"] = path.parents[1].name, path.parent.name
-            frames.append(frame)
-        return pd.concat(frames, ignore_index=True)
+        return _p3_sweeps(smk)
 
     boot = spec["bootstrap"]
     return {
@@ -103,11 +110,6 @@ def main(smk):
     metrics = pd.concat([pd.read_csv(p) for p in smk.input.metrics], ignore_index=True)
     fusion = smk.params.fusion
     taus = (fusion["lam"], fusion["tau1"], fusion["tau2"])
-    sweeps = []
-    for path in map(Path, smk.input.sweeps):
-        frame = pd.read_csv(path)
-        frame["model"], frame["dataset"] = path.parents[1].name, path.parent.name
-        sweeps.append(frame)
     builders = {
         "table1_hwsa": lambda: t.table_hwsa(metrics, with_ci=False),
         "table2_policies": lambda: t.table_policy_comparison(metrics),
@@ -118,7 +120,7 @@ def main(smk):
         "table10_aurc": lambda: t.table_aurc(metrics),
         "table11_ece": lambda: t.table_ece(metrics, "ece"),
         "table11b_ece15": lambda: t.table_ece(metrics, "ece_15"),
-        "table12_p3_sweep": lambda: t.table_p3_sweep(pd.concat(sweeps, ignore_index=True)),
+        "table12_p3_sweep": lambda: t.table_p3_sweep(_p3_sweeps(smk)),
         "normalised_hwsa": lambda: t.table_metric_by_cell(
             metrics, "normalised_hwsa", "QC", "HwSA@QC / Ans@Q100"
         ),

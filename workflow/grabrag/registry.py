@@ -1,0 +1,145 @@
+"""The policies the workflow knows, each declared once.
+
+A :class:`Policy` says what the policy is called, which stored files it reads (in terms
+the rules turn into paths: :data:`SOURCES`), how it decides, which of its config settings
+it depends on, and whether the policy tables and the figures that compare every policy
+show it. The rules (``rules/common.smk``), the config check, the policy, metrics, table
+and figure scripts all read this registry, so adding a policy is one module that calls
+:func:`register` plus a config entry naming it::
+
+    policies:
+      modules: [path/to/my_policy.py]     # or an importable module name
+      names: [P0, P1, ..., MY_POLICY]
+      options: {MY_POLICY: {...}}         # its settings, when it has any
+
+The built-in policies register themselves in :mod:`grabrag.policies`, in the order every
+table and figure lists them; a module's policies come after them, in registration order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+# Where a policy's input comes from, per model x dataset x condition cell. The key the
+# rows arrive under in ``decide`` names the file where a source holds several:
+GENERATION = "generation"  # generation/<m>/<d>/<condition>/<key>.jsonl (a prompt's cell)
+CLOSED_BOOK = "closed_book"  # generation/<m>/<d>/Qclosed/CB.jsonl (the question's CB pass)
+NLI = "nli"  # nli/<m>/<d>/<condition>.jsonl (the verifier's labels)
+EVIDENTIAL = "evidential"  # evidential/<m>/<d>/<condition>/<key>.jsonl
+CDD_TRACES = "cdd_traces"  # cdd/<m>/<d>/<condition>/traces.jsonl
+CDD_CELL = "cdd"  # cdd/<m>/<d>/<condition>/<key>.jsonl (a prompt-only baseline's rows)
+SOURCES = (GENERATION, CLOSED_BOOK, NLI, EVIDENTIAL, CDD_TRACES, CDD_CELL)
+
+Rows = Sequence[Mapping[str, Any]]
+Decide = Callable[[Mapping[str, Rows], Mapping[str, Any]], list[dict[str, Any]]]
+
+
+def own_options(name: str) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+    """The default settings of a policy: its entry under ``policies.options``."""
+
+    def settings(config: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(config["policies"]["options"].get(name, {}))
+
+    return settings
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One abstention policy.
+
+    ``decide(inputs, settings)`` gets the rows of each input keyed as in ``inputs`` and the
+    dict ``settings(config)`` returns (the policy job's only params, so editing another
+    policy's setting reruns nothing of this one), and returns one decision row per
+    question: ``qid, index, condition, policy, decision, answer, confidence, rule``.
+    """
+
+    name: str
+    decide: Decide
+    inputs: Mapping[str, str]  # key -> one of SOURCES
+    label: str | None = None  # figure legends; default: the name
+    printed: str | None = None  # tables; default: the name
+    title: str | None = None  # Table 2's row name; default: the label
+    colour: str | None = None  # figures; default: one of a spare palette
+    settings: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+    scope: str | None = None  # config section whose `datasets` list scopes it
+    in_policy_tables: bool = True  # Tables 1, 2, 7, 8, 10, normalised HwSA, selection bias...
+    in_figures: bool = True  # the figures that draw every policy
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.inputs.values()) - set(SOURCES))
+        if unknown:
+            raise ValueError(
+                f"policy {self.name}: unknown input source {', '.join(unknown)} "
+                f"(known: {', '.join(SOURCES)})"
+            )
+
+    @property
+    def described(self) -> str:
+        """The name with a word on what it is, as Table 2 prints it."""
+        return self.title or self.label or self.name
+
+    def config_settings(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        return dict((self.settings or own_options(self.name))(config))
+
+
+_REGISTRY: dict[str, Policy] = {}
+_LOADED: set[str] = set()
+
+
+def register(policy: Policy) -> Policy:
+    """Add ``policy``; a second policy under a registered name is an error."""
+    if policy.name in _REGISTRY and _REGISTRY[policy.name] is not policy:
+        raise ValueError(f"a policy named {policy.name} is already registered")
+    _REGISTRY[policy.name] = policy
+    return policy
+
+
+def policies() -> dict[str, Policy]:
+    """Every registered policy by name, built-ins first."""
+    from . import policies as _builtin  # noqa: F401  (registers the built-in policies)
+
+    return dict(_REGISTRY)
+
+
+def policy(name: str) -> Policy:
+    known = policies()
+    if name not in known:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(known)}")
+    return known[name]
+
+
+def names() -> list[str]:
+    return list(policies())
+
+
+def load_modules(specs: Iterable[str]) -> None:
+    """Import each policy module once: a ``.py`` path (relative to the working directory)
+    or an importable module name. Importing it registers its policies."""
+    for spec in specs:
+        key = str(Path(spec).resolve()) if spec.endswith(".py") else spec
+        if key in _LOADED:
+            continue
+        if spec.endswith(".py"):
+            path = Path(key)
+            if not path.is_file():
+                raise ConfigError(f"config key 'policies.modules': no policy module at {spec}")
+            name = "grabrag_policy_" + hashlib.sha256(key.encode()).hexdigest()[:12]
+            module_spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            try:
+                importlib.import_module(spec)
+            except ModuleNotFoundError as error:
+                raise ConfigError(
+                    f"config key 'policies.modules': cannot import {spec} ({error})"
+                ) from None
+        _LOADED.add(key)
