@@ -4,6 +4,7 @@
 
 import functools
 import hashlib
+import inspect
 import itertools
 import json
 import re
@@ -15,7 +16,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from grabrag import registry
 from grabrag.assets import manifest_path
 from grabrag.cdd_runs import baseline_contract, prompt_contract
-from grabrag.codehash import code_hash
+from grabrag.codehash import code_hash, normalised_source
 from grabrag.config import validate_config
 from grabrag.contexts import CONDITIONS
 from grabrag.errors import ConfigError
@@ -286,6 +287,12 @@ TABLE_CELLS = {
 }
 
 
+def ner_tokenizer_asset():
+    """The GLiNER backbone's tokenizer asset (ner.tokenizer), when the config names one."""
+    name = config["ner"].get("tokenizer")
+    return asset_manifest(name) if name else []
+
+
 def asset_manifest(name):
     """The file target that stands for one materialised asset."""
     return manifest_path(RESOURCES, name)
@@ -362,6 +369,16 @@ def policy_inputs(wildcards):
     """What one policy reads, as its registry entry declares it."""
     sources = registry.policy(wildcards.policy).inputs
     return {key: POLICY_SOURCES[source](wildcards, key) for key, source in sources.items()}
+
+
+def policy_module_code(wildcards):
+    """The code of the file that declares a policy from `policies.modules`, as a param
+    (normalised as script_code's): editing a module policy reruns its jobs. A built-in
+    policy is covered by the policy script's own code param."""
+    source = Path(inspect.getfile(registry.policy(wildcards.policy).decide)).resolve()
+    if source.is_relative_to(LIBRARY_DIR.resolve()):
+        return ""
+    return hashlib.sha256(normalised_source(source).encode()).hexdigest()[:16]
 
 
 def policy_settings(wildcards):

@@ -40,6 +40,7 @@ rule policy:
         GRABRAG_ENV
     params:
         settings=policy_settings,
+        module_code=policy_module_code,
         code=script_code("policy.py"),
     script:
         "../workflow/scripts/policy.py"

@@ -2,12 +2,6 @@
 # and the inter-context conflict condition QX built from the same swaps.
 
 
-def ner_tokenizer_asset():
-    """The GLiNER backbone's tokenizer asset (ner.tokenizer), when the config names one."""
-    name = config["ner"].get("tokenizer")
-    return asset_manifest(name) if name else []
-
-
 rule entity_pool:
     input:
         questions=f"{RESULTS}/data/{{dataset}}/questions.jsonl",

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
-from grabrag import registry
+from grabrag import plugins, registry
 from grabrag.config import validate_config
 from grabrag.errors import ConfigError
 from grabrag.policies import decide
 
-from .conftest import TINY, snakemake
+from .conftest import TINY, planned_jobs, snakemake
 
 TERSE_MODULE = Path(__file__).parent / "policy_modules" / "terse.py"
 BUILTIN = ["P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB"]
@@ -29,7 +29,7 @@ BUILTIN += ["CDD", "CDD_ALPHA", "CAI", "SHAM", "REFLECT", "FILTER"]
 def clean_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """Policies a test loads are forgotten after it (the registry is process state)."""
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry.policies()))
-    monkeypatch.setattr(registry, "_LOADED", set(registry._LOADED))
+    monkeypatch.setattr(plugins, "_LOADED", set(plugins._LOADED))
 
 
 def _tiny() -> dict[str, Any]:
@@ -160,8 +160,11 @@ def test_module_policy_reaches_decisions_metrics_tables_and_figures(
     config["seed_sensitivity"] = None
     for method in ("evidential", "cdd"):
         config[method]["datasets"] = None
+    # A copy of the module, so that the test can edit it once the run is done.
+    module = tmp_path / "terse.py"
+    module.write_text(TERSE_MODULE.read_text())
     config["policies"] = {
-        "modules": [str(TERSE_MODULE)],
+        "modules": [str(module)],
         "names": ["P0", "P1", "P2", "P3", "P4", "TERSE"],
         "options": {"TERSE": {"max_words": MAX_WORDS}},
     }
@@ -219,3 +222,15 @@ def test_module_policy_reaches_decisions_metrics_tables_and_figures(
     for name in POLICY_FIGURES:
         texts = _pdf_text(results / f"figures/{name}.pdf")
         assert LABEL in texts, (name, texts)
+
+    # The module is code the TERSE jobs run: a finished run plans nothing, and a code
+    # edit of the module reruns TERSE's policy jobs (and what reads them), no other policy.
+    assert "Nothing to be done" in snakemake(workdir, "-n", configfile=configfile).stdout
+    module.write_text(module.read_text() + "\nEDITED = True\n")
+    plan = snakemake(workdir, "-n", configfile=configfile).stdout
+    jobs = planned_jobs(plan)
+    conditions = validate_config(config)["generation"]["conditions"]
+    assert jobs["policy"] == len(conditions), plan
+    assert "generate_context_prompts" not in jobs and "nli" not in jobs, plan
+    planned = set(re.findall(r"output: results/policies/micro/nq_bigbench/\w+/(\w+)\.jsonl", plan))
+    assert planned == {"TERSE"}, plan

@@ -18,15 +18,11 @@ table and figure lists them; a module's policies come after them, in registratio
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.util
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .plugins import load_modules  # noqa: F401  (the config check and tests call it here)
 
 # Where a policy's input comes from, per model x dataset x condition cell. The key the
 # rows arrive under in ``decide`` names the file where a source holds several:
@@ -91,7 +87,6 @@ class Policy:
 
 
 _REGISTRY: dict[str, Policy] = {}
-_LOADED: set[str] = set()
 
 
 def register(policy: Policy) -> Policy:
@@ -118,28 +113,3 @@ def policy(name: str) -> Policy:
 
 def names() -> list[str]:
     return list(policies())
-
-
-def load_modules(specs: Iterable[str]) -> None:
-    """Import each policy module once: a ``.py`` path (relative to the working directory)
-    or an importable module name. Importing it registers its policies."""
-    for spec in specs:
-        key = str(Path(spec).resolve()) if spec.endswith(".py") else spec
-        if key in _LOADED:
-            continue
-        if spec.endswith(".py"):
-            path = Path(key)
-            if not path.is_file():
-                raise ConfigError(f"config key 'policies.modules': no policy module at {spec}")
-            name = "grabrag_policy_" + hashlib.sha256(key.encode()).hexdigest()[:12]
-            module_spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
-        else:
-            try:
-                importlib.import_module(spec)
-            except ModuleNotFoundError as error:
-                raise ConfigError(
-                    f"config key 'policies.modules': cannot import {spec} ({error})"
-                ) from None
-        _LOADED.add(key)

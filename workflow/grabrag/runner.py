@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import registry
 from .errors import GrabragError
+from .plugins import load_modules
 
 log = logging.getLogger("grabrag")
 
@@ -32,7 +32,7 @@ def run_rule(smk: Any, main: Callable[[Any], None]) -> None:
     setup_logging(smk.log[0] if len(smk.log) else None)
     started = time.perf_counter()
     try:
-        registry.load_modules(smk.config["policies"]["modules"])
+        load_modules(smk.config["policies"]["modules"])
         main(smk)
     except GrabragError as error:
         log.error("rule %s failed: %s", smk.rule, error)
