@@ -25,7 +25,6 @@ rule cdd_generate:
         model=model_settings,
         generation=cdd_generation_settings(),
         cdd=stable({k: config["cdd"][k] for k in ("parametric", "diagnostics", "gate")}),
-        contract=prompt_contract(),
         checkpoint=checkpoint_in(cdd_dir, ".traces_checkpoint.jsonl"),
         code=script_code("cdd_generate.py"),
     script:
@@ -55,7 +54,6 @@ if CDD_BASELINES:
         params:
             model=model_settings,
             generation=generation_settings(),
-            contract=baseline_contract(),
             checkpoint=checkpoint_in(cdd_dir, ".baselines_checkpoint.jsonl"),
             code=script_code("cdd_baselines.py"),
         script:

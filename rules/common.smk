@@ -15,18 +15,10 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from grabrag import registry
 from grabrag.assets import manifest_path
-from grabrag.cdd_runs import baseline_contract, prompt_contract
 from grabrag.codehash import code_hash, normalised_source
 from grabrag.config import validate_config
 from grabrag.contexts import CONDITIONS
 from grabrag.errors import ConfigError
-from grabrag.evidential import (
-    EVALUATOR_FORMAT,
-    EVALUATOR_GRAMMAR,
-    EVALUATOR_RULES,
-    EVALUATOR_SYSTEM,
-    FOLD_ORDER,
-)
 from grabrag.figures import FIGURES
 from grabrag.prompts import CLOSED_BOOK_PROMPT, CONTEXT_PROMPTS
 
@@ -402,18 +394,6 @@ def evaluator_name(wildcards):
 
 def evaluator_asset(wildcards):
     return asset_manifest(config["models"][evaluator_name(wildcards)]["asset"])
-
-
-def evaluator_contract():
-    """A hash of the evaluator's prompt, grammar and passage order, passed as a param that
-    names them in the jobs' metadata. Editing them reruns the evaluator jobs; so does any
-    other code edit in the evaluator script's import closure (the `code` param), which
-    includes the rest of evidential.py."""
-    digest = hashlib.sha256()
-    parts = (EVALUATOR_SYSTEM, EVALUATOR_RULES, EVALUATOR_FORMAT, EVALUATOR_GRAMMAR, FOLD_ORDER)
-    for part in parts:
-        digest.update(part.encode())
-    return digest.hexdigest()[:16]
 
 
 def fusion_settings():

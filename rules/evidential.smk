@@ -26,7 +26,6 @@ rule evidential_evaluate:
         evaluator=lambda wildcards: stable(config["models"][evaluator_name(wildcards)]),
         generation=generation_settings(),
         max_tokens=config["evidential"]["evaluator_max_tokens"],
-        contract=evaluator_contract(),
         checkpoint=checkpoint_in(evidential_dir, ".evaluate_checkpoint.jsonl"),
         code=script_code("evidential_evaluate.py"),
     script:

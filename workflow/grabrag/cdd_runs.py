@@ -71,7 +71,6 @@ abstention at Q0/QC/QX; :func:`behaviour_correct`), is reported beside it as
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
@@ -117,7 +116,7 @@ FIXED_WRONG_ANSWER = "Atlantis"
 REPLACEMENT, PARAMETRIC_ANSWER, FIXED = "replacement", "parametric_answer", "fixed"
 
 TRACE_FORMAT = 2
-"""Bumped when the traces.jsonl layout changes (part of :func:`prompt_contract`)."""
+"""Bumped when the traces.jsonl layout changes: a code edit, so the CDD jobs rerun."""
 
 SHOULD_ANSWER = M.SHOULD_ANSWER
 SHOULD_ABSTAIN = M.SHOULD_ABSTAIN
@@ -386,49 +385,6 @@ def preflight_calls(
             f"question {row['qid']} (CDD step 5, longest trace)",
             C.step_messages(C.RESOLUTION, row["question"], row["context"], trace),
         )
-
-
-# --- contracts: what reruns the generation jobs ---------------------------------------------
-
-_EXAMPLE_QUESTION = "Where is the Eiffel Tower?"
-_EXAMPLE_CONTEXT = "[1] Eiffel Tower\nThe Eiffel Tower is a wrought-iron lattice tower in Lyon."
-
-
-def _example_trace() -> dict[str, dict[str, Any]]:
-    steps = {
-        C.CONTEXTUAL: {"answer": "Lyon", "confidence": 90},
-        C.PARAMETRIC: {"answer": "Paris", "confidence": 95},
-        C.DIVERGENCE: {"diverge": True, "explanation": "Different cities."},
-        C.PREMISE: {"passage": 1, "premise": "The Eiffel Tower is in Lyon."},
-    }
-    return {step: C.StepResult(step, C.OK, fields).to_dict() for step, fields in steps.items()}
-
-
-def prompt_contract() -> str:
-    """A hash of every prompt and grammar a CDD generation job sends, rendered on a fixed
-    example (so it covers the texts and the rendering code), plus :data:`TRACE_FORMAT`
-    and the wrong-answer fallback. Passed as a param: editing them reruns the CDD jobs,
-    editing the diagnostics or the policies does not."""
-    trace = _example_trace()
-    digest = hashlib.sha256(f"{TRACE_FORMAT}|{FIXED_WRONG_ANSWER}".encode())
-    for step in C.STEPS:
-        messages = C.step_messages(step, _EXAMPLE_QUESTION, _EXAMPLE_CONTEXT, trace)
-        digest.update(json.dumps([messages, C.STEP_GRAMMARS[step]]).encode())
-    for perturbed in (C.truncate_trace(trace), C.inject_mistake(trace, "Rome")):
-        messages = C.resolution_messages(_EXAMPLE_QUESTION, _EXAMPLE_CONTEXT, perturbed)
-        digest.update(json.dumps(messages).encode())
-    gate = C.gate_messages(_EXAMPLE_QUESTION, "Lyon", "Paris")
-    digest.update(json.dumps([gate, C.GATE_GRAMMAR]).encode())
-    return digest.hexdigest()[:16]
-
-
-def baseline_contract() -> str:
-    """A hash of the four baseline prompts (rendered on the example) and their grammars."""
-    digest = hashlib.sha256(C.BASELINE_GRAMMAR.encode())
-    for name in BASELINE_POLICIES:
-        messages = C.baseline_messages(name, _EXAMPLE_QUESTION, _EXAMPLE_CONTEXT)
-        digest.update(json.dumps([name, messages, C.baseline_grammar(name)]).encode())
-    return digest.hexdigest()[:16]
 
 
 # --- decision rows ---------------------------------------------------------------------------

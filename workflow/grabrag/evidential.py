@@ -235,10 +235,8 @@ def average_evidence(evidence_vectors: Sequence[Sequence[float] | np.ndarray]) -
 # Fold order (Eq. 12)
 # =====================================================================================
 
-# Recorded in the evaluator contract (rules/common.smk): the evaluator walks the passages
-# in this order (its candidate inventory grows along it), so changing it reruns the
-# evaluator.
-FOLD_ORDER = "question-overlap, then pid, title, text"
+# The evaluator walks the passages by question overlap, then pid, title and text: its
+# candidate inventory grows along that order.
 
 
 def passage_relevance(question: str, passage: Mapping[str, Any]) -> int:
