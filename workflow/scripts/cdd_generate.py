@@ -42,7 +42,7 @@ def main(smk):
 
     fingerprint = hashlib.sha256(
         json.dumps(
-            [dict(smk.params.generation), dict(settings), smk.params.contract], sort_keys=True
+            [dict(smk.params.generation), dict(settings), smk.params.code], sort_keys=True
         ).encode()
     ).hexdigest()[:16]
     checkpoint = Path(smk.params.checkpoint)
