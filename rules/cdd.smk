@@ -7,15 +7,15 @@
 
 rule cdd_generate:
     input:
-        contexts=f"{RESULTS}/contexts/{{dataset}}/{{condition}}.jsonl",
+        contexts="results/contexts/{dataset}/{condition}.jsonl",
         cb=closed_book_cell,
         model=model_asset,
     output:
-        traces=f"{RESULTS}/cdd/{{model}}/{{dataset}}/{{condition}}/traces.jsonl",
+        traces="results/cdd/{model}/{dataset}/{condition}/traces.jsonl",
     log:
-        f"{RESULTS}/logs/cdd_generate/{{model}}/{{dataset}}/{{condition}}.log",
+        "results/logs/cdd_generate/{model}/{dataset}/{condition}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/cdd_generate/{{model}}/{{dataset}}/{{condition}}.tsv"
+        "results/benchmarks/cdd_generate/{model}/{dataset}/{condition}.tsv"
     conda:
         GRABRAG_ENV
     threads: workflow.cores
@@ -35,17 +35,17 @@ if CDD_BASELINES:
 
     rule baselines_generate:
         input:
-            contexts=f"{RESULTS}/contexts/{{dataset}}/{{condition}}.jsonl",
+            contexts="results/contexts/{dataset}/{condition}.jsonl",
             model=model_asset,
         output:
             **{
-                name: f"{RESULTS}/cdd/{{model}}/{{dataset}}/{{condition}}/{name}.jsonl"
+                name: f"results/cdd/{{model}}/{{dataset}}/{{condition}}/{name}.jsonl"
                 for name in CDD_BASELINES
             },
         log:
-            f"{RESULTS}/logs/baselines_generate/{{model}}/{{dataset}}/{{condition}}.log",
+            "results/logs/baselines_generate/{model}/{dataset}/{condition}.log",
         benchmark:
-            f"{RESULTS}/benchmarks/baselines_generate/{{model}}/{{dataset}}/{{condition}}.tsv"
+            "results/benchmarks/baselines_generate/{model}/{dataset}/{condition}.tsv"
         conda:
             GRABRAG_ENV
         threads: workflow.cores
@@ -63,18 +63,18 @@ if CDD_BASELINES:
 rule cdd_diagnostics:
     input:
         contexts=expand(
-            f"{RESULTS}/contexts/{{{{dataset}}}}/{{condition}}.jsonl",
+            "results/contexts/{{dataset}}/{condition}.jsonl",
             condition=GENERATION_CONDITIONS,
         ),
         traces=expand(
-            f"{RESULTS}/cdd/{{{{model}}}}/{{{{dataset}}}}/{{condition}}/traces.jsonl",
+            "results/cdd/{{model}}/{{dataset}}/{condition}/traces.jsonl",
             condition=GENERATION_CONDITIONS if CDD_TRACES else [],
         ),
         decisions=lambda wildcards: files(DECISION_FILE, cdd_decision_cells(wildcards)),
     output:
-        diagnostics=f"{RESULTS}/cdd/{{model}}/{{dataset}}/diagnostics.csv",
+        diagnostics="results/cdd/{model}/{dataset}/diagnostics.csv",
     log:
-        f"{RESULTS}/logs/cdd_diagnostics/{{model}}/{{dataset}}.log",
+        "results/logs/cdd_diagnostics/{model}/{dataset}.log",
     conda:
         GRABRAG_ENV
     params:

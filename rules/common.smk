@@ -29,7 +29,6 @@ except ConfigError as _error:
 
 # One conda environment for every rule (paths in rule files are relative to rules/).
 GRABRAG_ENV = "../envs/grabrag.yaml"
-RESULTS = config["results_dir"]
 RESOURCES = config["resources_dir"]
 DATASETS = sorted(config["datasets"])
 MODELS = sorted(config["models"])
@@ -142,7 +141,7 @@ def p3_sweep_qc_input(wildcards):
     """P1 at QC for the P3 sweep's HwSA column, when the config has a QC condition."""
     if "QC" not in GENERATION_CONDITIONS:
         return {}
-    return {"p1_qc": f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/QC/P1.jsonl"}
+    return {"p1_qc": f"results/generation/{wildcards.model}/{wildcards.dataset}/QC/P1.jsonl"}
 
 
 def _alternatives(names):
@@ -171,8 +170,8 @@ def files(pattern, keys):
     return [pattern.format(**key) for key in keys]
 
 
-DECISION_FILE = f"{RESULTS}/policies/{{model}}/{{dataset}}/{{condition}}/{{policy}}.jsonl"
-CONTEXT_FILE = f"{RESULTS}/contexts/{{dataset}}/{{condition}}.jsonl"
+DECISION_FILE = "results/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
+CONTEXT_FILE = "results/contexts/{dataset}/{condition}.jsonl"
 
 
 def stable(mapping):
@@ -198,7 +197,7 @@ def base_dataset(dataset):
 
 def base_file(stage, name):
     """Input function: a file of the base dataset's `stage` (data, retrieval, qc)."""
-    return lambda wildcards: f"{RESULTS}/{stage}/{base_dataset(wildcards.dataset)}/{name}"
+    return lambda wildcards: f"results/{stage}/{base_dataset(wildcards.dataset)}/{name}"
 
 
 def construction_seed(wildcards):
@@ -209,7 +208,7 @@ def construction_seed(wildcards):
 def closed_book_cell(wildcards):
     """The CB answers: the closed-book pass sees no context, so a seed variant reuses them."""
     dataset = base_dataset(wildcards.dataset)
-    return f"{RESULTS}/generation/{wildcards.model}/{dataset}/Qclosed/{CLOSED_BOOK_PROMPT}.jsonl"
+    return f"results/generation/{wildcards.model}/{dataset}/Qclosed/{CLOSED_BOOK_PROMPT}.jsonl"
 
 
 def metric_policies(dataset):
@@ -303,7 +302,7 @@ def generation_settings():
     return stable({k: v for k, v in config["generation"].items() if k != "conditions"})
 
 
-GENERATION_FILE = f"{RESULTS}/generation/{{model}}/{{dataset}}/{{condition}}/{{prompt}}.jsonl"
+GENERATION_FILE = "results/generation/{model}/{dataset}/{condition}/{prompt}.jsonl"
 
 
 def generation_report_cells(wildcards):
@@ -329,11 +328,11 @@ def nli_asset(wildcards):
 
 
 def generation_dir(wildcards):
-    return f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}"
+    return f"results/generation/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}"
 
 
 def closed_book_dir(wildcards):
-    return f"{RESULTS}/generation/{wildcards.model}/{wildcards.dataset}/Qclosed"
+    return f"results/generation/{wildcards.model}/{wildcards.dataset}/Qclosed"
 
 
 def generation_cell(wildcards, prompt):
@@ -341,7 +340,7 @@ def generation_cell(wildcards, prompt):
 
 
 def evidential_dir(wildcards):
-    return f"{RESULTS}/evidential/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}"
+    return f"results/evidential/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}"
 
 
 # The file each input source of a policy (grabrag.registry.SOURCES) names in one cell.
@@ -349,7 +348,7 @@ POLICY_SOURCES = {
     registry.GENERATION: lambda wildcards, key: generation_cell(wildcards, key),
     registry.CLOSED_BOOK: lambda wildcards, key: closed_book_cell(wildcards),
     registry.NLI: lambda wildcards, key: (
-        f"{RESULTS}/nli/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}.jsonl"
+        f"results/nli/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}.jsonl"
     ),
     registry.EVIDENTIAL: lambda wildcards, key: f"{evidential_dir(wildcards)}/{key}.jsonl",
     registry.CDD_TRACES: lambda wildcards, key: f"{cdd_dir(wildcards)}/traces.jsonl",
@@ -381,10 +380,10 @@ def policy_settings(wildcards):
 
 def policy_files(model, dataset):
     return [
-        f"{RESULTS}/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
+        f"results/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
         for condition in GENERATION_CONDITIONS
         for policy in dataset_policies(dataset)
-    ] + [f"{RESULTS}/policies/{model}/{dataset}/P3_sweep.csv"]
+    ] + [f"results/policies/{model}/{dataset}/P3_sweep.csv"]
 
 
 def evaluator_name(wildcards):
@@ -406,12 +405,12 @@ def evidential_files(model, dataset):
     if dataset not in EVID_DATASETS:
         return []
     return [
-        f"{RESULTS}/evidential/{model}/{dataset}/sweep.csv",
-        f"{RESULTS}/evidential/{model}/{dataset}/efficiency.json",
+        f"results/evidential/{model}/{dataset}/sweep.csv",
+        f"results/evidential/{model}/{dataset}/efficiency.json",
     ]
 
 
-EVIDENTIAL_FILE = f"{RESULTS}/evidential/{{model}}/{{dataset}}/{{condition}}/{{policy}}.jsonl"
+EVIDENTIAL_FILE = "results/evidential/{model}/{dataset}/{condition}/{policy}.jsonl"
 
 
 def evidential_cells(wildcards):
@@ -428,14 +427,14 @@ def evidential_cells(wildcards):
 
 
 def cdd_dir(wildcards):
-    return f"{RESULTS}/cdd/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}"
+    return f"results/cdd/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}"
 
 
 def cdd_files(model, dataset):
     """The per-model x dataset CDD summary (targets of `all`)."""
     if dataset not in CDD_DATASETS:
         return []
-    return [f"{RESULTS}/cdd/{model}/{dataset}/diagnostics.csv"]
+    return [f"results/cdd/{model}/{dataset}/diagnostics.csv"]
 
 
 def cdd_decision_cells(wildcards):
@@ -503,16 +502,16 @@ def figure_inputs(wildcards):
     """Figures read the metric tables; curves and diagrams also read the decision rows."""
     if wildcards.figure == "abstention_by_condition":
         # Figure 2 averages the datasets, with CIs from the metrics' resamples.
-        return {"metrics": [f"{RESULTS}/metrics/abstention_over_datasets.csv"]}
+        return {"metrics": ["results/metrics/abstention_over_datasets.csv"]}
     inputs = {
-        "metrics": expand(f"{RESULTS}/metrics/{{dataset}}.csv", dataset=DATASETS),
+        "metrics": expand("results/metrics/{dataset}.csv", dataset=DATASETS),
     }
     if wildcards.figure == "p3_sweep":
         inputs["sweeps"] = expand(
-            f"{RESULTS}/policies/{{model}}/{{dataset}}/P3_sweep.csv", model=MODELS, dataset=DATASETS
+            "results/policies/{model}/{dataset}/P3_sweep.csv", model=MODELS, dataset=DATASETS
         )
     patterns = {
-        "sweeps": f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv",
+        "sweeps": "results/evidential/{model}/{dataset}/sweep.csv",
         "decisions": DECISION_FILE,
         "contexts": CONTEXT_FILE,
     }
@@ -526,25 +525,25 @@ def tokenizer_asset():
 
 
 def context_files(dataset):
-    return [f"{RESULTS}/contexts/{dataset}/{condition}.jsonl" for condition in CONDITIONS]
+    return [f"results/contexts/{dataset}/{condition}.jsonl" for condition in CONDITIONS]
 
 
 def all_targets():
     targets = []
     for dataset in DATASETS:
         targets += context_files(dataset)
-        targets.append(f"{RESULTS}/contexts/{dataset}/report.json")
+        targets.append(f"results/contexts/{dataset}/report.json")
         targets += [
-            f"{RESULTS}/qc/{dataset}/summary.json",
-            f"{RESULTS}/contexts/{dataset}/QC.jsonl",
+            f"results/qc/{dataset}/summary.json",
+            f"results/contexts/{dataset}/QC.jsonl",
         ]
         if "QX" in GENERATION_CONDITIONS:
-            targets.append(f"{RESULTS}/contexts/{dataset}/QX.jsonl")
+            targets.append(f"results/contexts/{dataset}/QX.jsonl")
         for model in MODELS:
-            targets.append(f"{RESULTS}/generation/{model}/{dataset}/report.json")
+            targets.append(f"results/generation/{model}/{dataset}/report.json")
             targets += policy_files(model, dataset)
             targets += evidential_files(model, dataset)
             targets += cdd_files(model, dataset)
-    targets += [f"{RESULTS}/tables/{name}.csv" for name in TABLES]
-    targets += [f"{RESULTS}/figures/{figure}.pdf" for figure in FIGURE_NAMES]
+    targets += [f"results/tables/{name}.csv" for name in TABLES]
+    targets += [f"results/figures/{figure}.pdf" for figure in FIGURE_NAMES]
     return targets

@@ -8,13 +8,10 @@ rule build_contexts:
         ranking=base_file("retrieval", "hard_negatives.jsonl"),
         tokenizer=asset_manifest(tokenizer_asset()),
     output:
-        **{
-            condition: f"{RESULTS}/contexts/{{dataset}}/{condition}.jsonl"
-            for condition in CONDITIONS
-        },
-        report=f"{RESULTS}/contexts/{{dataset}}/report.json",
+        **{condition: f"results/contexts/{{dataset}}/{condition}.jsonl" for condition in CONDITIONS},
+        report="results/contexts/{dataset}/report.json",
     log:
-        f"{RESULTS}/logs/build_contexts/{{dataset}}.log",
+        "results/logs/build_contexts/{dataset}.log",
     conda:
         GRABRAG_ENV
     params:

@@ -5,11 +5,11 @@ rule prepare_data:
     input:
         source=dataset_asset,
     output:
-        questions=f"{RESULTS}/data/{{dataset}}/questions.jsonl",
-        corpus=f"{RESULTS}/data/{{dataset}}/corpus.jsonl",
-        report=f"{RESULTS}/data/{{dataset}}/report.json",
+        questions="results/data/{dataset}/questions.jsonl",
+        corpus="results/data/{dataset}/corpus.jsonl",
+        report="results/data/{dataset}/report.json",
     log:
-        f"{RESULTS}/logs/prepare_data/{{dataset}}.log",
+        "results/logs/prepare_data/{dataset}.log",
     conda:
         GRABRAG_ENV
     params:

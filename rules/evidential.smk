@@ -7,15 +7,15 @@
 
 rule evidential_evaluate:
     input:
-        contexts=f"{RESULTS}/contexts/{{dataset}}/{{condition}}.jsonl",
+        contexts="results/contexts/{dataset}/{condition}.jsonl",
         evaluator=evaluator_asset,
     output:
-        evaluations=f"{RESULTS}/evidential/{{model}}/{{dataset}}/{{condition}}/evaluations.jsonl",
-        report=f"{RESULTS}/evidential/{{model}}/{{dataset}}/{{condition}}/evaluate_report.json",
+        evaluations="results/evidential/{model}/{dataset}/{condition}/evaluations.jsonl",
+        report="results/evidential/{model}/{dataset}/{condition}/evaluate_report.json",
     log:
-        f"{RESULTS}/logs/evidential_evaluate/{{model}}/{{dataset}}/{{condition}}.log",
+        "results/logs/evidential_evaluate/{model}/{dataset}/{condition}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/evidential_evaluate/{{model}}/{{dataset}}/{{condition}}.tsv"
+        "results/benchmarks/evidential_evaluate/{model}/{dataset}/{condition}.tsv"
     conda:
         GRABRAG_ENV
     threads: workflow.cores
@@ -34,20 +34,20 @@ rule evidential_evaluate:
 
 rule evidential_generate:
     input:
-        contexts=f"{RESULTS}/contexts/{{dataset}}/{{condition}}.jsonl",
-        evaluations=f"{RESULTS}/evidential/{{model}}/{{dataset}}/{{condition}}/evaluations.jsonl",
+        contexts="results/contexts/{dataset}/{condition}.jsonl",
+        evaluations="results/evidential/{model}/{dataset}/{condition}/evaluations.jsonl",
         cb=closed_book_cell,
         model=model_asset,
     output:
         **{
-            policy: f"{RESULTS}/evidential/{{model}}/{{dataset}}/{{condition}}/{policy}.jsonl"
+            policy: f"results/evidential/{{model}}/{{dataset}}/{{condition}}/{policy}.jsonl"
             for policy in EVID_POLICIES
         },
-        report=f"{RESULTS}/evidential/{{model}}/{{dataset}}/{{condition}}/generate_report.json",
+        report="results/evidential/{model}/{dataset}/{condition}/generate_report.json",
     log:
-        f"{RESULTS}/logs/evidential_generate/{{model}}/{{dataset}}/{{condition}}.log",
+        "results/logs/evidential_generate/{model}/{dataset}/{condition}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/evidential_generate/{{model}}/{{dataset}}/{{condition}}.tsv"
+        "results/benchmarks/evidential_generate/{model}/{dataset}/{condition}.tsv"
     conda:
         GRABRAG_ENV
     threads: workflow.cores
@@ -66,18 +66,18 @@ rule evidential_generate:
 rule evidential_sweep:
     input:
         evaluations=expand(
-            f"{RESULTS}/evidential/{{{{model}}}}/{{{{dataset}}}}/{{condition}}/evaluations.jsonl",
+            "results/evidential/{{model}}/{{dataset}}/{condition}/evaluations.jsonl",
             condition=GENERATION_CONDITIONS,
         ),
         contexts=expand(
-            f"{RESULTS}/contexts/{{{{dataset}}}}/{{condition}}.jsonl",
+            "results/contexts/{{dataset}}/{condition}.jsonl",
             condition=GENERATION_CONDITIONS,
         ),
         cb=closed_book_cell,
     output:
-        sweep=f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv",
+        sweep="results/evidential/{model}/{dataset}/sweep.csv",
     log:
-        f"{RESULTS}/logs/evidential_sweep/{{model}}/{{dataset}}.log",
+        "results/logs/evidential_sweep/{model}/{dataset}.log",
     conda:
         GRABRAG_ENV
     params:
@@ -93,20 +93,20 @@ rule evidential_sweep:
 rule evidential_efficiency:
     input:
         p1=expand(
-            f"{RESULTS}/generation/{{{{model}}}}/{{{{dataset}}}}/{{condition}}/P1.jsonl",
+            "results/generation/{{model}}/{{dataset}}/{condition}/P1.jsonl",
             condition=GENERATION_CONDITIONS,
         ),
         evidential=lambda wildcards: files(EVIDENTIAL_FILE, evidential_cells(wildcards)),
         reports=expand(
-            f"{RESULTS}/evidential/{{{{model}}}}/{{{{dataset}}}}/{{condition}}/{{stage}}_report.json",
+            "results/evidential/{{model}}/{{dataset}}/{condition}/{stage}_report.json",
             condition=GENERATION_CONDITIONS,
             stage=("evaluate", "generate"),
         ),
         cb=closed_book_cell,
     output:
-        efficiency=f"{RESULTS}/evidential/{{model}}/{{dataset}}/efficiency.json",
+        efficiency="results/evidential/{model}/{dataset}/efficiency.json",
     log:
-        f"{RESULTS}/logs/evidential_efficiency/{{model}}/{{dataset}}.log",
+        "results/logs/evidential_efficiency/{model}/{dataset}.log",
     conda:
         GRABRAG_ENV
     params:

@@ -4,17 +4,17 @@
 
 rule generate_context_prompts:
     input:
-        contexts=f"{RESULTS}/contexts/{{dataset}}/{{condition}}.jsonl",
+        contexts="results/contexts/{dataset}/{condition}.jsonl",
         model=model_asset,
     output:
         **{
-            prompt: f"{RESULTS}/generation/{{model}}/{{dataset}}/{{condition}}/{prompt}.jsonl"
+            prompt: f"results/generation/{{model}}/{{dataset}}/{{condition}}/{prompt}.jsonl"
             for prompt in CONTEXT_PROMPTS
         },
     log:
-        f"{RESULTS}/logs/generate/{{model}}/{{dataset}}/{{condition}}.log",
+        "results/logs/generate/{model}/{dataset}/{condition}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/generate/{{model}}/{{dataset}}/{{condition}}.tsv"
+        "results/benchmarks/generate/{model}/{dataset}/{condition}.tsv"
     conda:
         GRABRAG_ENV
     threads: workflow.cores
@@ -31,14 +31,14 @@ rule generate_context_prompts:
 
 rule generate_closed_book:
     input:
-        contexts=f"{RESULTS}/contexts/{{dataset}}/Qclosed.jsonl",
+        contexts="results/contexts/{dataset}/Qclosed.jsonl",
         model=model_asset,
     output:
-        CB=f"{RESULTS}/generation/{{model}}/{{dataset}}/Qclosed/CB.jsonl",
+        CB="results/generation/{model}/{dataset}/Qclosed/CB.jsonl",
     log:
-        f"{RESULTS}/logs/generate/{{model}}/{{dataset}}/Qclosed.log",
+        "results/logs/generate/{model}/{dataset}/Qclosed.log",
     benchmark:
-        f"{RESULTS}/benchmarks/generate/{{model}}/{{dataset}}/Qclosed.tsv"
+        "results/benchmarks/generate/{model}/{dataset}/Qclosed.tsv"
     conda:
         GRABRAG_ENV
     threads: workflow.cores
@@ -57,9 +57,9 @@ rule generation_report:
     input:
         cells=lambda wildcards: files(GENERATION_FILE, generation_report_cells(wildcards)),
     output:
-        report=f"{RESULTS}/generation/{{model}}/{{dataset}}/report.json",
+        report="results/generation/{model}/{dataset}/report.json",
     log:
-        f"{RESULTS}/logs/generation_report/{{model}}/{{dataset}}.log",
+        "results/logs/generation_report/{model}/{dataset}.log",
     conda:
         GRABRAG_ENV
     params:

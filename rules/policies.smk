@@ -5,15 +5,15 @@
 
 rule nli:
     input:
-        contexts=f"{RESULTS}/contexts/{{dataset}}/{{condition}}.jsonl",
+        contexts="results/contexts/{dataset}/{condition}.jsonl",
         cb=closed_book_cell,
         verifier=nli_asset,
     output:
-        nli=f"{RESULTS}/nli/{{model}}/{{dataset}}/{{condition}}.jsonl",
+        nli="results/nli/{model}/{dataset}/{condition}.jsonl",
     log:
-        f"{RESULTS}/logs/nli/{{model}}/{{dataset}}/{{condition}}.log",
+        "results/logs/nli/{model}/{dataset}/{condition}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/nli/{{model}}/{{dataset}}/{{condition}}.tsv"
+        "results/benchmarks/nli/{model}/{dataset}/{condition}.tsv"
     conda:
         GRABRAG_ENV
     threads: workflow.cores
@@ -33,9 +33,9 @@ rule policy:
     input:
         unpack(policy_inputs),
     output:
-        decisions=f"{RESULTS}/policies/{{model}}/{{dataset}}/{{condition}}/{{policy}}.jsonl",
+        decisions="results/policies/{model}/{dataset}/{condition}/{policy}.jsonl",
     log:
-        f"{RESULTS}/logs/policy/{{model}}/{{dataset}}/{{condition}}/{{policy}}.log",
+        "results/logs/policy/{model}/{dataset}/{condition}/{policy}.log",
     conda:
         GRABRAG_ENV
     params:
@@ -49,14 +49,14 @@ rule policy:
 rule p3_sweep:
     input:
         unpack(p3_sweep_qc_input),
-        p1_q100=f"{RESULTS}/generation/{{model}}/{{dataset}}/Q100/P1.jsonl",
-        cb=f"{RESULTS}/generation/{{model}}/{{dataset}}/Qclosed/CB.jsonl",
-        p1_decisions=f"{RESULTS}/policies/{{model}}/{{dataset}}/Q100/P1.jsonl",
-        q100=f"{RESULTS}/contexts/{{dataset}}/Q100.jsonl",
+        p1_q100="results/generation/{model}/{dataset}/Q100/P1.jsonl",
+        cb="results/generation/{model}/{dataset}/Qclosed/CB.jsonl",
+        p1_decisions="results/policies/{model}/{dataset}/Q100/P1.jsonl",
+        q100="results/contexts/{dataset}/Q100.jsonl",
     output:
-        sweep=f"{RESULTS}/policies/{{model}}/{{dataset}}/P3_sweep.csv",
+        sweep="results/policies/{model}/{dataset}/P3_sweep.csv",
     log:
-        f"{RESULTS}/logs/p3_sweep/{{model}}/{{dataset}}.log",
+        "results/logs/p3_sweep/{model}/{dataset}.log",
     conda:
         GRABRAG_ENV
     params:

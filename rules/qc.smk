@@ -4,8 +4,8 @@
 
 rule entity_pool:
     input:
-        questions=f"{RESULTS}/data/{{dataset}}/questions.jsonl",
-        corpus=f"{RESULTS}/data/{{dataset}}/corpus.jsonl",
+        questions="results/data/{dataset}/questions.jsonl",
+        corpus="results/data/{dataset}/corpus.jsonl",
         ner=asset_manifest(config["ner"]["asset"]),
         ner_tokenizer=ner_tokenizer_asset(),
         # qc.pool dataset_gold reads every gold passage of the source split.
@@ -13,9 +13,9 @@ rule entity_pool:
             dataset_asset(wildcards) if config["qc"]["pool"] == "dataset_gold" else []
         ),
     output:
-        pool=f"{RESULTS}/qc/{{dataset}}/entity_pool.json",
+        pool="results/qc/{dataset}/entity_pool.json",
     log:
-        f"{RESULTS}/logs/entity_pool/{{dataset}}.log",
+        "results/logs/entity_pool/{dataset}.log",
     conda:
         GRABRAG_ENV
     threads: workflow.cores
@@ -35,12 +35,12 @@ rule swaps:
         ner=asset_manifest(config["ner"]["asset"]),
         ner_tokenizer=ner_tokenizer_asset(),
     output:
-        swaps=f"{RESULTS}/qc/{{dataset}}/swaps.jsonl",
-        table=f"{RESULTS}/qc/{{dataset}}/swaps.csv",
-        summary=f"{RESULTS}/qc/{{dataset}}/summary.json",
-        audit=f"{RESULTS}/qc/{{dataset}}/audit_sample.csv",
+        swaps="results/qc/{dataset}/swaps.jsonl",
+        table="results/qc/{dataset}/swaps.csv",
+        summary="results/qc/{dataset}/summary.json",
+        audit="results/qc/{dataset}/audit_sample.csv",
     log:
-        f"{RESULTS}/logs/swaps/{{dataset}}.log",
+        "results/logs/swaps/{dataset}.log",
     conda:
         GRABRAG_ENV
     threads: workflow.cores
@@ -58,14 +58,14 @@ rule qc_contexts:
         questions=base_file("data", "questions.jsonl"),
         corpus=base_file("data", "corpus.jsonl"),
         ranking=base_file("retrieval", "hard_negatives.jsonl"),
-        paired=f"{RESULTS}/contexts/{{dataset}}/Q0.jsonl",
-        swaps=f"{RESULTS}/qc/{{dataset}}/swaps.jsonl",
+        paired="results/contexts/{dataset}/Q0.jsonl",
+        swaps="results/qc/{dataset}/swaps.jsonl",
         tokenizer=asset_manifest(tokenizer_asset()),
     output:
-        QC=f"{RESULTS}/contexts/{{dataset}}/QC.jsonl",
-        report=f"{RESULTS}/contexts/{{dataset}}/QC_report.json",
+        QC="results/contexts/{dataset}/QC.jsonl",
+        report="results/contexts/{dataset}/QC_report.json",
     log:
-        f"{RESULTS}/logs/qc_contexts/{{dataset}}.log",
+        "results/logs/qc_contexts/{dataset}.log",
     conda:
         GRABRAG_ENV
     params:
@@ -83,14 +83,14 @@ rule qx_contexts:
         questions=base_file("data", "questions.jsonl"),
         corpus=base_file("data", "corpus.jsonl"),
         ranking=base_file("retrieval", "hard_negatives.jsonl"),
-        paired=f"{RESULTS}/contexts/{{dataset}}/QC.jsonl",
-        swaps=f"{RESULTS}/qc/{{dataset}}/swaps.jsonl",
+        paired="results/contexts/{dataset}/QC.jsonl",
+        swaps="results/qc/{dataset}/swaps.jsonl",
         tokenizer=asset_manifest(tokenizer_asset()),
     output:
-        QX=f"{RESULTS}/contexts/{{dataset}}/QX.jsonl",
-        report=f"{RESULTS}/contexts/{{dataset}}/QX_report.json",
+        QX="results/contexts/{dataset}/QX.jsonl",
+        report="results/contexts/{dataset}/QX_report.json",
     log:
-        f"{RESULTS}/logs/qx_contexts/{{dataset}}.log",
+        "results/logs/qx_contexts/{dataset}.log",
     conda:
         GRABRAG_ENV
     params:

@@ -5,12 +5,12 @@
 rule audit_hwsa:
     input:
         audit=audit_ratings,
-        qc_contexts=f"{RESULTS}/contexts/{{dataset}}/QC.jsonl",
+        qc_contexts="results/contexts/{dataset}/QC.jsonl",
         decisions=lambda wildcards: files(DECISION_FILE, audit_decision_cells(wildcards)),
     output:
-        table=f"{RESULTS}/qc/{{dataset}}/audit_hwsa.csv",
+        table="results/qc/{dataset}/audit_hwsa.csv",
     log:
-        f"{RESULTS}/logs/audit_hwsa/{{dataset}}.log",
+        "results/logs/audit_hwsa/{dataset}.log",
     conda:
         GRABRAG_ENV
     params:
@@ -25,9 +25,9 @@ rule metrics:
         decisions=lambda wildcards: files(DECISION_FILE, metric_decision_cells(wildcards.dataset)),
         contexts=lambda wildcards: files(CONTEXT_FILE, metric_context_cells(wildcards.dataset)),
     output:
-        metrics=f"{RESULTS}/metrics/{{dataset}}.csv",
+        metrics="results/metrics/{dataset}.csv",
     log:
-        f"{RESULTS}/logs/metrics/{{dataset}}.log",
+        "results/logs/metrics/{dataset}.log",
     conda:
         GRABRAG_ENV
     params:
@@ -45,9 +45,9 @@ rule abstention_over_datasets:
         decisions=files(DECISION_FILE, ALL_DECISION_CELLS),
         contexts=files(CONTEXT_FILE, ALL_CONTEXT_CELLS),
     output:
-        metrics=f"{RESULTS}/metrics/abstention_over_datasets.csv",
+        metrics="results/metrics/abstention_over_datasets.csv",
     log:
-        f"{RESULTS}/logs/metrics/abstention_over_datasets.log",
+        "results/logs/metrics/abstention_over_datasets.log",
     conda:
         GRABRAG_ENV
     params:
@@ -62,55 +62,53 @@ rule abstention_over_datasets:
 
 rule tables:
     input:
-        metrics=expand(f"{RESULTS}/metrics/{{dataset}}.csv", dataset=DATASETS),
-        sweeps=files(
-            f"{RESULTS}/policies/{{model}}/{{dataset}}/P3_sweep.csv", TABLE_CELLS["sweeps"]
-        ),
+        metrics=expand("results/metrics/{dataset}.csv", dataset=DATASETS),
+        sweeps=files("results/policies/{model}/{dataset}/P3_sweep.csv", TABLE_CELLS["sweeps"]),
         reports=expand(
-            f"{RESULTS}/generation/{{model}}/{{dataset}}/report.json",
+            "results/generation/{model}/{dataset}/report.json",
             model=MODELS,
             dataset=DATASETS,
         ),
-        seed_metrics=files(f"{RESULTS}/metrics/{{dataset}}.csv", TABLE_CELLS["seed_metrics"]),
-        audits=expand(f"{RESULTS}/qc/{{dataset}}/audit_hwsa.csv", dataset=AUDITED_DATASETS),
+        seed_metrics=files("results/metrics/{dataset}.csv", TABLE_CELLS["seed_metrics"]),
+        audits=expand("results/qc/{dataset}/audit_hwsa.csv", dataset=AUDITED_DATASETS),
         audit_ratings=[config["qc"]["audit_filled"][d] for d in AUDITED_DATASETS],
-        swaps=files(f"{RESULTS}/qc/{{dataset}}/swaps.jsonl", TABLE_CELLS["swaps"]),
+        swaps=files("results/qc/{dataset}/swaps.jsonl", TABLE_CELLS["swaps"]),
         closed_book=files(
-            f"{RESULTS}/generation/{{model}}/{{dataset}}/Qclosed/{CLOSED_BOOK_PROMPT}.jsonl",
+            f"results/generation/{{model}}/{{dataset}}/Qclosed/{CLOSED_BOOK_PROMPT}.jsonl",
             TABLE_CELLS["closed_book"],
         ),
         evid_sweeps=files(
-            f"{RESULTS}/evidential/{{model}}/{{dataset}}/sweep.csv", TABLE_CELLS["evid_sweeps"]
+            "results/evidential/{model}/{dataset}/sweep.csv", TABLE_CELLS["evid_sweeps"]
         ),
         evid_efficiency=expand(
-            f"{RESULTS}/evidential/{{model}}/{{dataset}}/efficiency.json",
+            "results/evidential/{model}/{dataset}/efficiency.json",
             model=MODELS,
             dataset=EVID_DATASETS,
         ),
         evid_evaluate_reports=expand(
-            f"{RESULTS}/evidential/{{model}}/{{dataset}}/{{condition}}/evaluate_report.json",
+            "results/evidential/{model}/{dataset}/{condition}/evaluate_report.json",
             model=MODELS,
             dataset=EVID_DATASETS,
             condition=GENERATION_CONDITIONS,
         ),
         cdd_diagnostics=expand(
-            f"{RESULTS}/cdd/{{model}}/{{dataset}}/diagnostics.csv",
+            "results/cdd/{model}/{dataset}/diagnostics.csv",
             model=MODELS,
             dataset=CDD_DATASETS,
         ),
     output:
         **{
             name: report(
-                f"{RESULTS}/tables/{name}.csv",
+                f"results/tables/{name}.csv",
                 caption=f"../workflow/report/tables/{name}.rst",
                 category="Tables",
                 labels={"table": name},
             )
             for name in TABLES
         },
-        other=[f"{RESULTS}/tables/{name}.{suffix}" for name in TABLES for suffix in ("md", "tex")],
+        other=[f"results/tables/{name}.{suffix}" for name in TABLES for suffix in ("md", "tex")],
     log:
-        f"{RESULTS}/logs/tables.log",
+        "results/logs/tables.log",
     conda:
         GRABRAG_ENV
     params:
@@ -139,15 +137,15 @@ rule figure:
     input:
         unpack(figure_inputs),
     output:
-        pdf=f"{RESULTS}/figures/{{figure}}.pdf",
+        pdf="results/figures/{figure}.pdf",
         png=report(
-            f"{RESULTS}/figures/{{figure}}.png",
+            "results/figures/{figure}.png",
             caption="../workflow/report/figure.rst",
             category="Figures",
             labels={"figure": "{figure}"},
         ),
     log:
-        f"{RESULTS}/logs/figure/{{figure}}.log",
+        "results/logs/figure/{figure}.log",
     conda:
         GRABRAG_ENV
     params:

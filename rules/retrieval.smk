@@ -3,12 +3,12 @@
 
 rule embed_corpus:
     input:
-        corpus=f"{RESULTS}/data/{{dataset}}/corpus.jsonl",
+        corpus="results/data/{dataset}/corpus.jsonl",
         encoder=asset_manifest(config["retrieval"]["encoder"]),
     output:
-        embeddings=f"{RESULTS}/retrieval/{{dataset}}/corpus_embeddings.npz",
+        embeddings="results/retrieval/{dataset}/corpus_embeddings.npz",
     log:
-        f"{RESULTS}/logs/embed_corpus/{{dataset}}.log",
+        "results/logs/embed_corpus/{dataset}.log",
     conda:
         GRABRAG_ENV
     threads: workflow.cores
@@ -22,14 +22,14 @@ rule embed_corpus:
 
 rule retrieve:
     input:
-        questions=f"{RESULTS}/data/{{dataset}}/questions.jsonl",
-        corpus=f"{RESULTS}/data/{{dataset}}/corpus.jsonl",
-        embeddings=f"{RESULTS}/retrieval/{{dataset}}/corpus_embeddings.npz",
+        questions="results/data/{dataset}/questions.jsonl",
+        corpus="results/data/{dataset}/corpus.jsonl",
+        embeddings="results/retrieval/{dataset}/corpus_embeddings.npz",
         encoder=asset_manifest(config["retrieval"]["encoder"]),
     output:
-        ranking=f"{RESULTS}/retrieval/{{dataset}}/hard_negatives.jsonl",
+        ranking="results/retrieval/{dataset}/hard_negatives.jsonl",
     log:
-        f"{RESULTS}/logs/retrieve/{{dataset}}.log",
+        "results/logs/retrieve/{dataset}.log",
     conda:
         GRABRAG_ENV
     threads: workflow.cores
