@@ -489,8 +489,17 @@ def check_rules():
             raise WorkflowError(f"{each.name} uses a GPU, so it needs a benchmark file")
 
 
+# The per model x dataset sweep each sweep figure draws.
+SWEEP_FILES = {
+    "p3_sweep": "results/policies/{model}/{dataset}/P3_sweep.csv",
+    "lambda_sweep": "results/evidential/{model}/{dataset}/sweep.csv",
+}
+
+
 def figure_cells(wildcards):
     """What each per-cell input file of a figure is about (as `cells`), by input name."""
+    if wildcards.figure == "p3_sweep":
+        return {"sweeps": cells(model=MODELS, dataset=DATASETS)}
     if wildcards.figure == "lambda_sweep":
         return {"sweeps": cells(model=MODELS, dataset=EVID_DATASETS)}
     if wildcards.figure in ("risk_coverage", "reliability"):
@@ -506,12 +515,8 @@ def figure_inputs(wildcards):
     inputs = {
         "metrics": expand("results/metrics/{dataset}.csv", dataset=DATASETS),
     }
-    if wildcards.figure == "p3_sweep":
-        inputs["sweeps"] = expand(
-            "results/policies/{model}/{dataset}/P3_sweep.csv", model=MODELS, dataset=DATASETS
-        )
     patterns = {
-        "sweeps": "results/evidential/{model}/{dataset}/sweep.csv",
+        "sweeps": SWEEP_FILES.get(wildcards.figure),
         "decisions": DECISION_FILE,
         "contexts": CONTEXT_FILE,
     }

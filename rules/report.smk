@@ -106,7 +106,11 @@ rule tables:
             )
             for name in TABLES
         },
-        other=[f"results/tables/{name}.{suffix}" for name in TABLES for suffix in ("md", "tex")],
+        other=[
+            f"results/tables/{name}.{suffix}"
+            for name in TABLES
+            for suffix in ("md", "tex", "tidy.csv")
+        ],
     log:
         "results/logs/tables.log",
     conda:

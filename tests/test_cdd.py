@@ -1654,23 +1654,31 @@ def test_diagnostics_edge_cases() -> None:
     assert {r["section"] for r in only} == {"perturbation_type"}
 
 
-def test_cdd_tables_from_hand_made_frames() -> None:
-    import pandas as pd
-
+def test_cdd_tables_from_hand_made_frames(tmp_path) -> None:
     from grabrag import tables as T
+    from grabrag.results import read_diagnostics
+    from grabrag.tabular import Table, rows_csv
+
+    from .test_tables import frame
 
     contexts, traces, decisions = _diagnostic_inputs()
-    diag = cdd_runs.diagnostics_frame(
-        cdd_runs.diagnostics("m", "d", ["Q100", "QC"], contexts, traces, decisions, n_resamples=100)
+    # as the tables rule reads them: written by the diagnostics rule, read back
+    rows_csv(
+        tmp_path / "diagnostics.csv",
+        cdd_runs.diagnostics(
+            "m", "d", ["Q100", "QC"], contexts, traces, decisions, n_resamples=100
+        ),
+        cdd_runs.DIAGNOSTIC_COLUMNS,
     )
-    metrics = pd.DataFrame(
+    diag = read_diagnostics([tmp_path / "diagnostics.csv"])
+    metrics = frame(
         [
             ("m", "d", policy, condition, metric, 0.5, 0.4, 0.6, 4, "")
             for policy in ("P1", "CDD", "P3")
             for condition in ("Q100", "QC")
             for metric in ("answer_rate", "em")
         ],
-        columns=(
+        (
             "model",
             "dataset",
             "policy",
@@ -1684,10 +1692,10 @@ def test_cdd_tables_from_hand_made_frames() -> None:
         ),
     )
     results = T.table_cdd_results(metrics, diag)
-    assert list(results.policy) == ["P1", "CDD"]  # P3 is not a CDD-table policy
-    assert results.loc[1, "HwSA@QC [95% CI]"] == "50.0 [40.0, 60.0]"
-    assert results.loc[1, "Ans@Q100 [95% CI]"] == "50.0 [40.0, 60.0]"
-    assert results.loc[1, "Acc clean"] == "75.0" and results.loc[1, "Acc entity_swap"] == "100.0"
+    assert results["policy"] == ["P1", "CDD"]  # P3 is not a CDD-table policy
+    assert results.rows[1]["HwSA@QC [95% CI]"] == "50.0 [40.0, 60.0]"
+    assert results.rows[1]["Ans@Q100 [95% CI]"] == "50.0 [40.0, 60.0]"
+    assert results.rows[1]["Acc clean"] == "75.0" and results.rows[1]["Acc entity_swap"] == "100.0"
     assert "Acc numeric" not in results.columns  # no row of that type
     acc = [c for c in results.columns if c.startswith("Acc")]
     assert acc == [
@@ -1696,14 +1704,14 @@ def test_cdd_tables_from_hand_made_frames() -> None:
         "Acc temporal_shift",
         "Acc adversarial macro [95% CI]",
     ]
-    assert results.loc[0, "Acc entity_swap"] == "100.0"  # P1's "Paris" is the gold answer
-    assert results.loc[1, "Acc adversarial macro [95% CI]"].startswith("50.0 [")
+    assert results.rows[0]["Acc entity_swap"] == "100.0"  # P1's "Paris" is the gold answer
+    assert results.rows[1]["Acc adversarial macro [95% CI]"].startswith("50.0 [")
     sensitivity = T.table_cdd_sensitivity(diag)
-    assert list(sensitivity.perturbation.unique()) == ["truncation", "mistake injection"]
-    assert list(sensitivity.condition[:3]) == ["Q100", "QC", "all"]
-    assert sensitivity.loc[0, "Sensitivity [95% CI]"].startswith("+33.3 [")
+    assert list(dict.fromkeys(sensitivity["perturbation"])) == ["truncation", "mistake injection"]
+    assert sensitivity["condition"][:3] == ["Q100", "QC", "all"]
+    assert sensitivity.rows[0]["Sensitivity [95% CI]"].startswith("+33.3 [")
     ablation = T.table_cdd_ablation(diag)
-    assert list(ablation.columns[-6:]) == [
+    assert ablation.columns[-6:] == [
         "Acc full CDD",
         "Acc without premise isolation",
         "Acc without divergence check",
@@ -1711,9 +1719,9 @@ def test_cdd_tables_from_hand_made_frames() -> None:
         "Behaviour without premise isolation",
         "Behaviour without divergence check",
     ]
-    assert ablation.loc[0, "Acc without premise isolation"].startswith("50.0")
+    assert ablation.rows[0]["Acc without premise isolation"].startswith("50.0")
     sources = T.table_cdd_source_control(diag)
-    assert sources.loc[0, "context"] == "2 (50.0%)" and sources.loc[0, "answered"] == 4
+    assert sources.rows[0]["context"] == "2 (50.0%)" and sources.rows[0]["answered"] == 4
     # CDD_ALPHA is printed as CDD-alpha
-    shown = T.display_policies(pd.DataFrame({"policy": ["CDD_ALPHA", "CDD"]}))
-    assert list(shown.policy) == ["CDD-alpha", "CDD"]
+    shown = T.display_policies(Table([{"policy": "CDD_ALPHA"}, {"policy": "CDD"}]))
+    assert shown["policy"] == ["CDD-alpha", "CDD"]

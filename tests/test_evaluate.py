@@ -6,6 +6,7 @@ import json
 import math
 
 import numpy as np
+import polars as pl
 import pytest
 
 from grabrag import metrics as M
@@ -19,8 +20,9 @@ from grabrag.evaluate import (
     evaluate_dataset,
     read_context_files,
     read_decision_files,
-    to_frame,
 )
+from grabrag.results import read_metrics
+from grabrag.tabular import rows_csv
 
 GOLD = {"q1": ["Paris"], "q2": ["1939"], "q3": ["Carrie Underwood"], "q4": ["blue whale"]}
 PLANTED = {"q1": "Lyon", "q2": "1949", "q3": "Miriam Margolyes"}  # q4 is not QC-eligible
@@ -481,8 +483,10 @@ def test_loading_and_frame(tmp_path) -> None:
     context_rows = read_context_files([({"dataset": "ds", "condition": "Q0"}, ctx)])
     assert context_rows == {("ds", "Q0"): contexts()[("ds", "Q0")]}
     rows = evaluate(decisions, context_rows, n_resamples=50)
-    frame = to_frame(rows)
-    assert list(frame.columns) == list(COLUMNS) and len(frame) == len(rows)
+    rows_csv(tmp_path / "metrics.csv", rows, COLUMNS)
+    frame = read_metrics([tmp_path / "metrics.csv"])
+    assert frame.columns == list(COLUMNS) and len(frame) == len(rows)
+    assert frame["n"].dtype == pl.Int64 and frame["value"].dtype == pl.Float64
     with pytest.raises(DataError, match="not found"):
         read_decision_files([({**cell_key, "condition": "QC"}, cell.with_name("absent.jsonl"))])
 

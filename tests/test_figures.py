@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
+import polars as pl
 import pytest
 
 from grabrag import figures as f
 
-from .test_tables import _sweep
+from .test_tables import _sweep, frame
 
 
 def test_lambda_sweep_figure(tmp_path: Path) -> None:
-    sweep = pd.concat([_sweep(), _sweep().assign(model="m2")], ignore_index=True)
+    sweep = pl.concat([_sweep(), _sweep().with_columns(model=pl.lit("m2"))])
     fig = f.lambda_sweep_figure(sweep, 0.6, 0.35, 0.65)
     axes = fig.axes
     assert [ax.get_title() for ax in axes] == ["m", "m2"]
@@ -37,16 +37,15 @@ def test_lambda_sweep_figure(tmp_path: Path) -> None:
     assert (tmp_path / "lambda_sweep.pdf").read_bytes()[:4] == b"%PDF"
 
 
-def _abstain_rows(datasets=("d",)) -> pd.DataFrame:
+def _abstain_rows(datasets=("d",)) -> pl.DataFrame:
     rows = [
         ("m", dataset, policy, condition, "abstain_rate", 0.5, 0.4, 0.6)
         for dataset in datasets
         for policy in ("P1", "EVID_CB")
         for condition in ("Q100", "Q50", "Q0", "QC", "QX")
     ]
-    return pd.DataFrame(
-        rows,
-        columns=("model", "dataset", "policy", "condition", "metric", "value", "ci_low", "ci_high"),
+    return frame(
+        rows, ("model", "dataset", "policy", "condition", "metric", "value", "ci_low", "ci_high")
     )
 
 
@@ -83,9 +82,7 @@ def test_qc_breakdown_shares_per_model_in_policy_order() -> None:
             ("qc_override", override),
         ):
             rows.append(("m", "d", policy, "QC", metric, value))
-    metrics = pd.DataFrame(
-        rows, columns=("model", "dataset", "policy", "condition", "metric", "value")
-    )
+    metrics = frame(rows, ("model", "dataset", "policy", "condition", "metric", "value"))
     fig = f.qc_breakdown_figure(metrics)
     (ax,) = fig.axes
     assert [t.get_text() for t in ax.get_xticklabels()] == ["P1 (IDK)", "P3 (conflict)", "EVID+CB"]

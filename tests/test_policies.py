@@ -517,3 +517,15 @@ def test_evid_cb_dispatch_and_errors() -> None:
         decide("EVID", {"EVID": [row]})
     with pytest.raises(ValueError, match="needs inputs EVID"):
         decide("EVID", {"P1": []})
+
+
+def test_decision_rows_name_their_cell() -> None:
+    from grabrag.policies import with_cell
+
+    rows = [{"qid": "q1", "index": 0, "condition": "QC", "policy": "P1", "decision": "abstain"}]
+    (row,) = with_cell(rows, "m", "nq", "QC", "P1")
+    assert list(row)[:6] == ["model", "dataset", "condition", "policy", "qid", "index"]
+    assert (row["model"], row["dataset"], row["decision"]) == ("m", "nq", "abstain")
+    # a policy that returns another cell's rows is a bug, named as such
+    with pytest.raises(ValueError, match="policy P1: .* question 'q1' says condition 'QC'"):
+        with_cell(rows, "m", "nq", "Q0", "P1")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import pandas as pd
+import polars as pl
 import pytest
 
 from grabrag.errors import DataError
@@ -13,19 +13,27 @@ from grabrag.tables import (
     table_hwsa,
     table_qc_sources,
     table_seed_sensitivity,
+    write_audit_hwsa,
     write_table,
 )
+from grabrag.tabular import Table, read_csvs
 
 COLUMNS = ("model", "dataset", "policy", "condition", "metric", "value", "ci_low", "ci_high", "n")
 
 
-def _metrics(dataset: str, rates: dict[tuple[str, str], tuple[float, int]]) -> pd.DataFrame:
+def frame(rows, columns=None) -> pl.DataFrame:
+    """A polars frame of tuples (named by ``columns``) or of dicts, as a CSV reads back."""
+    records = [dict(zip(columns, r, strict=True)) for r in rows] if columns else list(rows)
+    return pl.DataFrame(records, infer_schema_length=None, strict=False)
+
+
+def _metrics(dataset: str, rates: dict[tuple[str, str], tuple[float, int]]) -> pl.DataFrame:
     rows = [
         ("m", dataset, policy, condition, "answer_rate", value, value, value, n)
         for (policy, condition), (value, n) in rates.items()
     ]
     rows.append(("m", dataset, "P1", "Q100", "answer_rate", 0.9, 0.9, 0.9, 10))
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return frame(rows, COLUMNS)
 
 
 def test_seed_sensitivity_compares_answer_rates_of_each_seeds_own_cells() -> None:
@@ -34,7 +42,7 @@ def test_seed_sensitivity_compares_answer_rates_of_each_seeds_own_cells() -> Non
     table = table_seed_sensitivity(base, variant, "m", "nq", 42, 43)
     # The paper's columns (two decimals, as its Table 13); model, dataset and the
     # denominators go into the note.
-    assert table.to_dict("records") == [
+    assert table.rows == [
         {
             "policy": "P1",
             "condition": "Q0",
@@ -50,7 +58,7 @@ def test_seed_sensitivity_compares_answer_rates_of_each_seeds_own_cells() -> Non
             "|delta| (pp)": "0.67",
         },
     ]
-    assert table.attrs["note"] == (
+    assert table.note == (
         "m on nq; questions per cell, seed 42: Q0 500, QC 202; seed 43: Q0 500, QC 200."
     )
 
@@ -58,7 +66,7 @@ def test_seed_sensitivity_compares_answer_rates_of_each_seeds_own_cells() -> Non
 def test_seed_sensitivity_missing_cell_is_not_a_number() -> None:
     base = _metrics("nq", {("P1", "Q0"): (0.05, 500)})
     variant = _metrics("nq_seed43", {("P1", "Q0"): (0.066, 500), ("P1", "QC"): (0.82, 200)})
-    qc = table_seed_sensitivity(base, variant, "m", "nq", 42, 43).iloc[1]
+    qc = table_seed_sensitivity(base, variant, "m", "nq", 42, 43).rows[1]
     assert (qc["seed 42"], qc["|delta| (pp)"]) == ("n/a", "n/a")
 
 
@@ -91,25 +99,25 @@ def test_hwsa_conditions_and_evid_results() -> None:
         rows.append(_row(policy, "pooled", "refusal_recall", 0.25, 12))
         rows.append(_row(policy, "pooled", "refusal_f1", 1 / 3, 22))
         rows.append(_row(policy, "pooled", "ece_answer_15", 0.25, 22))
-    metrics = pd.DataFrame(rows, columns=(*COLUMNS, "reason"))
+    metrics = frame(rows, (*COLUMNS, "reason"))
     table = table_hwsa_conditions(metrics)
-    assert list(table.policy) == ["P1", "EVID_CB"]
-    first = table.iloc[0]
+    assert table["policy"] == ["P1", "EVID_CB"]
+    first = table.rows[0]
     assert (first["HwSA(Q0) [95% CI]"], first["HwSA(QC) [95% CI]"]) == (
         "50.0 [50.0, 50.0]",
         "80.0 [80.0, 80.0]",
     )
     assert first["QX - QC [95% CI]"] == "-20.0 [-50.0, +25.0]" and first["n QC&QX"] == 4
     results = table_evid_results(metrics)
-    p1 = results[results.policy == "P1"]
-    assert list(p1.condition) == ["Q100", "Q0", "QC", "QX", "pooled"]
-    q100 = p1.iloc[0]
+    p1 = [row for row in results.rows if row["policy"] == "P1"]
+    assert [row["condition"] for row in p1] == ["Q100", "Q0", "QC", "QX", "pooled"]
+    q100 = p1[0]
     assert (q100["FAC [95% CI]"], q100["Ans [95% CI]"], q100["HwSA [95% CI]"]) == (
         "10.0 [0.0, 30.0]",
         "90.0 [90.0, 90.0]",
         "",
     )
-    qx = p1.iloc[3]
+    qx = p1[3]
     assert (qx["HwSA [95% CI]"], qx["n"]) == ("60.0 [60.0, 60.0]", 4)
     # EvidentialRAG's ECE and GRAB-RAG's 15-bin midpoint ECE stay in their own columns
     assert (qx["ECE Eq. 26-27 (15 bins)"], qx["GRAB-RAG ECE-15 (bin midpoints, behaviour)"]) == (
@@ -117,13 +125,13 @@ def test_hwsa_conditions_and_evid_results() -> None:
         "0.123",
     )
     assert qx["direct %"] == "" and q100["ECE Eq. 26-27 (15 bins)"] == ""
-    evid_qc = results[(results.policy == "EVID_CB") & (results.condition == "QC")].iloc[0]
+    (evid_qc,) = [r for r in results.rows if (r["policy"], r["condition"]) == ("EVID_CB", "QC")]
     assert (evid_qc["direct %"], evid_qc["conflict-aware %"], evid_qc["abstain route %"]) == (
         "0.0",
         "25.0",
         "75.0",
     )
-    pooled = p1.iloc[4]
+    pooled = p1[4]
     assert (pooled["Refusal P"], pooled["Refusal R"], pooled["Refusal F1"]) == (
         "50.0 [50.0, 50.0]",
         "25.0 [25.0, 25.0]",
@@ -135,13 +143,29 @@ def test_hwsa_conditions_and_evid_results() -> None:
     from pathlib import Path
 
     with tempfile.TemporaryDirectory() as folder:
-        csv_path, md_path, _ = write_table(table, Path(folder) / "t", "caption")
-        printed = pd.read_csv(csv_path)
-        assert list(printed.policy) == ["P1", "EVID+CB"]
+        csv_path, md_path, _, tidy_path = write_table(table, Path(folder) / "t", "caption")
+        printed = pl.read_csv(csv_path)
+        assert printed["policy"].to_list() == ["P1", "EVID+CB"]
+        # the tidy file keeps the codes and the numbers behind each printed cell
+        tidy = pl.read_csv(tidy_path).filter(pl.col("quantity") == "QX - QC [95% CI]")
+        assert tidy["policy"].to_list() == ["P1", "EVID_CB"]
+        assert tidy.row(0, named=True) == {
+            "table": "t",
+            "model": "m",
+            "dataset": "d",
+            "policy": "P1",
+            "condition": None,
+            "row": None,
+            "quantity": "QX - QC [95% CI]",
+            "estimate": pytest.approx(-0.2),
+            "ci_low": -0.5,
+            "ci_high": 0.25,
+            "n": 4,
+        }
         assert "EVID+CB" in md_path.read_text()
 
 
-def _sweep() -> pd.DataFrame:
+def _sweep() -> pl.DataFrame:
     rows = []
     for model, dataset, shift in (("m", "a", 0.0), ("m", "b", 0.2)):
         for rule, qc in (("dempster", 0.8), ("0", 0.6), ("0.3", 0.4), ("0.6", 0.2), ("1", 0.1)):
@@ -168,14 +192,14 @@ def _sweep() -> pd.DataFrame:
                  "rule": rule, "tau1": tau1, "tau2": tau2, "condition": "QC",
                  "answer_rate": 1.0 if variant == "no_routing" else 0.7}
             )  # fmt: skip
-    return pd.DataFrame(rows)
+    return frame(rows)
 
 
 def test_evid_sweep_tables_macro_average_cells() -> None:
     from grabrag.tables import table_evid_ablation, table_evid_lambda_sweep, table_evid_tau_sweep
 
     lam = table_evid_lambda_sweep(_sweep(), 0.6, 0.35, 0.65)
-    assert list(lam.rule) == [
+    assert lam["rule"] == [
         "normalised Dempster",
         "lambda=0",
         "lambda=0.3",
@@ -183,21 +207,21 @@ def test_evid_sweep_tables_macro_average_cells() -> None:
         "lambda=1 (Yager-style)",
     ]
     # QC answer rate at lambda 0.6: (0.2 + 0.4) / 2 over the two cells
-    assert lam.iloc[3]["HwSA@QC"] == "30.0" and lam.iloc[3]["HwSA@QX"] == "10.0"
-    assert lam.iloc[0]["cells"] == 2 and lam.iloc[0]["refusal F1"] == "72.0"
-    assert lam.iloc[0]["Ans@Q100"] == "90.0" and lam.iloc[0]["ECE Eq. 26-27 (15 bins)"] == "0.200"
-    assert (lam.iloc[0]["direct %"], lam.iloc[0]["abstain route %"]) == ("50.0", "30.0")
+    assert lam.rows[3]["HwSA@QC"] == "30.0" and lam.rows[3]["HwSA@QX"] == "10.0"
+    assert lam.rows[0]["cells"] == 2 and lam.rows[0]["refusal F1"] == "72.0"
+    assert lam.rows[0]["Ans@Q100"] == "90.0" and lam.rows[0]["ECE Eq. 26-27 (15 bins)"] == "0.200"
+    assert (lam.rows[0]["direct %"], lam.rows[0]["abstain route %"]) == ("50.0", "30.0")
     tau = table_evid_tau_sweep(_sweep(), 0.6, 0.35, 0.65)
-    assert list(tau["(tau1, tau2)"]) == ["(0.2, 0.5)", "(0.35, 0.65) (default)", "(0.5, 0.8)"]
-    assert list(tau["HwSA@QC"]) == ["15.0", "30.0", "45.0"]
-    assert list(tau["conflict-aware %"]) == ["20.0", "20.0", "20.0"]
+    assert tau["(tau1, tau2)"] == ["(0.2, 0.5)", "(0.35, 0.65) (default)", "(0.5, 0.8)"]
+    assert tau["HwSA@QC"] == ["15.0", "30.0", "45.0"]
+    assert tau["conflict-aware %"] == ["20.0", "20.0", "20.0"]
     ablation = table_evid_ablation(_sweep(), 0.6, 0.35, 0.65)
-    assert list(ablation["HwSA@QC"]) == ["30.0", "70.0", "100.0"]
-    assert ablation.iloc[1]["variant"].endswith("(evidence averaging)")
-    assert ablation.iloc[2]["variant"].startswith("without dynamic routing")
+    assert ablation["HwSA@QC"] == ["30.0", "70.0", "100.0"]
+    assert ablation.rows[1]["variant"].endswith("(evidence averaging)")
+    assert ablation.rows[2]["variant"].startswith("without dynamic routing")
     # without the evaluator: naive RAG (P1) on the sweep's cells, from the metrics; the
     # cell m/c is not in the sweep and stays out
-    metrics = pd.DataFrame(
+    metrics = frame(
         [
             ("m", d, "P1", c, metric, v, v, v, n, None)
             for d, qc in (("a", 0.8), ("b", 0.6), ("c", 0.0))
@@ -208,9 +232,9 @@ def test_evid_sweep_tables_macro_average_cells() -> None:
                 ("pooled", "ece_answer_15", 0.4, 20),
             )
         ],
-        columns=(*COLUMNS, "reason"),
+        (*COLUMNS, "reason"),
     )  # fmt: skip
-    naive = table_evid_ablation(_sweep(), 0.6, 0.35, 0.65, metrics).iloc[-1]
+    naive = table_evid_ablation(_sweep(), 0.6, 0.35, 0.65, metrics).rows[-1]
     assert naive["variant"] == "without evidential evaluator (naive RAG: P1)"
     assert (naive["policy"], naive["cells"], naive["HwSA@QC"]) == ("P1", 2, "70.0")
     # abstain (all): a = 2/20, b = 4/20 -> mean 15%
@@ -226,10 +250,10 @@ def test_lambda_sweep_table_keeps_a_configured_lambda_off_the_grid() -> None:
     from grabrag.tables import table_evid_lambda_sweep
 
     sweep = _sweep()
-    extra = sweep[sweep.rule == "0.6"].assign(rule="0.45")
-    table = table_evid_lambda_sweep(pd.concat([sweep, extra]), 0.45, 0.35, 0.65)
-    assert "lambda=0.45 (default)" in list(table.rule)
-    assert list(table.rule).index("lambda=0.45 (default)") == 3  # between 0.3 and 0.6
+    extra = sweep.filter(pl.col("rule") == "0.6").with_columns(rule=pl.lit("0.45"))
+    table = table_evid_lambda_sweep(pl.concat([sweep, extra]), 0.45, 0.35, 0.65)
+    assert "lambda=0.45 (default)" in table["rule"]
+    assert table["rule"].index("lambda=0.45 (default)") == 3  # between 0.3 and 0.6
 
 
 def test_evid_evaluator_table() -> None:
@@ -238,12 +262,12 @@ def test_evid_evaluator_table() -> None:
     report = {"model": "m", "dataset": "d", "condition": "Q0", "evaluator": "m",
               "questions": 4, "evaluator_passes": 20, "with_evidence": 3,
               "status": {"ok": 17, "repaired": 2, "failed": 1}}  # fmt: skip
-    row = table_evid_evaluator([report]).iloc[0]
+    row = table_evid_evaluator([report]).rows[0]
     assert (row["schema-valid %"], row["repaired %"], row["failed %"]) == ("85.0", "10.0", "5.0")
     assert row["zero-evidence %"] == "85.0" and row["evaluator passes"] == 20
     empty = table_evid_evaluator([{**report, "evaluator_passes": 0, "with_evidence": 0,
                                    "status": {}}])  # fmt: skip
-    assert empty.iloc[0]["schema-valid %"] == "n/a"
+    assert empty.rows[0]["schema-valid %"] == "n/a"
 
 
 def test_evid_efficiency_table() -> None:
@@ -264,11 +288,15 @@ def test_evid_efficiency_table() -> None:
         },
     }  # fmt: skip
     table = table_evid_efficiency([summary])
-    assert list(table.policy) == ["P1", "EVID_CB"]
-    assert list(table["relative cost"]) == ["1.00x", "4.00x"]
-    assert list(table["peak memory (MB)"]) == ["n/a", "812"]
-    assert list(table["logical LLM decisions"]) == ["1.0", "7.0"]
-    assert list(table["closed-book s/query"]) == ["n/a", "0.250"]
+    assert table["policy"] == ["P1", "EVID_CB"]
+    assert table["relative cost"] == ["1.00x", "4.00x"]
+    assert table["peak memory (MB)"] == ["n/a", "812"]
+    assert table["logical LLM decisions"] == ["1.0", "7.0"]
+    assert table["closed-book s/query"] == ["n/a", "0.250"]
+
+
+def frame_of(rows: list[dict]) -> pl.DataFrame:
+    return pl.DataFrame(rows, infer_schema_length=None, strict=False)
 
 
 def _decision(qid: str, decision: str) -> dict:
@@ -289,24 +317,43 @@ def _audit_decisions() -> dict:
     }
 
 
-def test_audit_hwsa_rows_and_table_6() -> None:
+def test_audit_hwsa_rows_and_table_6(tmp_path) -> None:
     ratings = {"q1": "fluent", "q2": "broken", "q3": "borderline"}
-    frame = audit_hwsa_rows("nq", _audit_decisions(), ratings, ["q1", "q2", "q3", "q4"])
-    by_policy = frame.set_index("policy")
+    rows = audit_hwsa_rows("nq", _audit_decisions(), ratings, ["q1", "q2", "q3", "q4"])
+    by_policy = {row["policy"]: row for row in rows}
     # P1: QC 3/4, clean {q1, q3} 1/2; Q0 1/4 and 0/2; deltas +0.5 and +0.5 (sign kept)
-    p1 = by_policy.loc["P1"]
-    assert (p1.n_all, p1.hwsa_qc_all, p1.n_clean, p1.hwsa_qc_clean) == (4, 0.75, 2, 0.5)
-    assert (p1.hwsa_q0_all, p1.hwsa_q0_clean, p1.delta_all, p1.delta_clean) == (0.25, 0, 0.5, 0.5)
-    assert p1["shift"] == -0.25 and bool(p1.sign_preserved)
+    p1 = by_policy["P1"]
+    assert [p1[k] for k in ("n_all", "hwsa_qc_all", "n_clean", "hwsa_qc_clean")] == [
+        4,
+        0.75,
+        2,
+        0.5,
+    ]
+    assert [p1[k] for k in ("hwsa_q0_all", "hwsa_q0_clean", "delta_all", "delta_clean")] == [
+        0.25,
+        0,
+        0.5,
+        0.5,
+    ]
+    assert p1["shift"] == -0.25 and p1["sign_preserved"] is True
     # P3: QC 1/4, clean 0/2; Q0 0 and 0; deltas +0.25 and 0: the sign is not kept
-    p3 = by_policy.loc["P3"]
-    assert (p3.hwsa_qc_all, p3.hwsa_qc_clean, p3.delta_all, p3.delta_clean) == (0.25, 0, 0.25, 0)
-    assert not bool(p3.sign_preserved)
+    p3 = by_policy["P3"]
+    assert [p3[k] for k in ("hwsa_qc_all", "hwsa_qc_clean", "delta_all", "delta_clean")] == [
+        0.25,
+        0,
+        0.25,
+        0,
+    ]
+    assert p3["sign_preserved"] is False
 
+    # Table 6 reads the rows back from the CSV the audit rule writes.
+    written = tmp_path / "audit_hwsa.csv"
+    write_audit_hwsa(written, rows)
+    frame = read_csvs([written], strings=("dataset", "model", "policy", "sign_preserved"))
     table = table_audit(frame)
-    assert list(table["Policy"]) == ["P1", "P3", "", ""]
+    assert table["Policy"] == ["P1", "P3", "", ""]
     # The paper's columns only: the deltas stay in audit_hwsa_rows' tidy frame.
-    assert table.iloc[0].to_dict() == {
+    assert table.rows[0] == {
         "Model": "m",
         "Dataset": "nq",
         "Policy": "P1",
@@ -316,7 +363,7 @@ def test_audit_hwsa_rows_and_table_6() -> None:
         "HwSA@QC (F+B)": "50.0",
         "Shift (pp)": "-25.0",
     }
-    macro, signs = table.iloc[-2], table.iloc[-1]
+    macro, signs = table.rows[-2], table.rows[-1]
     # mean HwSA@QC: (75 + 25) / 2 = 50.0 (all), (50 + 0) / 2 = 25.0 (F+B); shift -25.0
     assert (macro["Model"], macro["HwSA@QC (all)"], macro["HwSA@QC (F+B)"]) == (
         "Macro avg",
@@ -329,13 +376,15 @@ def test_audit_hwsa_rows_and_table_6() -> None:
     # then says whose average it is.
     decisions = _audit_decisions()
     decisions[("m", "CDD", "QC")] = [_decision(f"q{k}", "abstain") for k in range(1, 5)]
-    with_cdd = table_audit(audit_hwsa_rows("nq", decisions, ratings, ["q1", "q2", "q3", "q4"]))
-    assert list(with_cdd["Policy"]) == ["P1", "P3", "CDD", "", ""]
-    assert with_cdd.iloc[-2].to_dict() == {**macro.to_dict(), "Model": "Macro avg (P0-P4)"}
-    assert with_cdd.iloc[-1].to_dict() == signs.to_dict()
+    with_cdd = table_audit(
+        frame_of(audit_hwsa_rows("nq", decisions, ratings, ["q1", "q2", "q3", "q4"]))
+    )
+    assert with_cdd["Policy"] == ["P1", "P3", "CDD", "", ""]
+    assert with_cdd.rows[-2] == {**macro, "Model": "Macro avg (P0-P4)"}
+    assert with_cdd.rows[-1] == signs
     # every delta sign preserved reads as the paper's sentence
-    kept = frame[frame["policy"] == "P1"]
-    assert table_audit(kept).iloc[-1]["Model"] == "All 1 delta signs preserved."
+    kept = frame.filter(pl.col("policy") == "P1")
+    assert table_audit(kept).rows[-1]["Model"] == "All 1 delta signs preserved."
 
 
 def test_audit_rows_reject_qids_that_are_not_qc_eligible() -> None:
@@ -345,7 +394,7 @@ def test_audit_rows_reject_qids_that_are_not_qc_eligible() -> None:
 
 
 def test_markdown_keeps_the_formatted_strings(tmp_path) -> None:
-    table = pd.DataFrame({"Shift (pp)": ["+50.0", "-2.5"], "n": [3, 4]})
+    table = Table([{"Shift (pp)": "+50.0", "n": 3}, {"Shift (pp)": "-2.5", "n": 4}])
     write_table(table, tmp_path / "t", "Caption.")
     text = (tmp_path / "t.md").read_text()
     assert "+50.0" in text and "Caption." in text
@@ -387,9 +436,9 @@ def test_ner_labels_and_swap_examples() -> None:
         ]
     }
     by_tier = table_swap_examples(records, per_group=2)
-    assert list(by_tier["Group"]) == ["tier 1", "tier 3", "tier 3"]
-    assert list(by_tier["Question"])[1:] == ["where b?", "where c?"]  # first by position
-    assert by_tier["QC"].iloc[0] == "He lived in Lyon." and by_tier["Swap"].iloc[0] == "GPE -> GPE"
+    assert by_tier["Group"] == ["tier 1", "tier 3", "tier 3"]
+    assert by_tier["Question"][1:] == ["where b?", "where c?"]  # first by position
+    assert by_tier["QC"][0] == "He lived in Lyon." and by_tier["Swap"][0] == "GPE -> GPE"
     rated = table_swap_examples(records, {"nq": {"a": "broken", "d": "fluent"}})
     assert list(zip(rated["Group"], rated["Question"], strict=True)) == [
         ("fluent", "where d?"),
@@ -400,16 +449,16 @@ def test_ner_labels_and_swap_examples() -> None:
 def test_audit_quality_distribution_and_broken_rate_by_type() -> None:
     from grabrag.tables import table_audit_quality
 
-    nq = pd.DataFrame(
+    nq = pl.DataFrame(
         {
             "qid": list("abcd"),
             "entity_type": ["ORG", "ORG", "PERSON", "PERSON"],
             "quality": ["broken", "fluent", "Fluent ", "borderline"],
         }
     )
-    hp = pd.DataFrame({"qid": ["e"], "entity_type": ["ORG"], "quality": ["broken"]})
+    hp = pl.DataFrame({"qid": ["e"], "entity_type": ["ORG"], "quality": ["broken"]})
     table = table_audit_quality({"nq": nq, "hotpotqa": hp}, n_resamples=200, seed=1)
-    rows = {(r["Section"], r["Dataset"], r["Category"]): r for r in table.to_dict("records")}
+    rows = {(r["Section"], r["Dataset"], r["Category"]): r for r in table.rows}
     assert rows[("quality tier", "nq", "fluent")]["n"] == 2
     assert rows[("quality tier", "nq", "fluent")]["%"] == "50.0"
     assert rows[("quality tier", "Total", "broken")]["n"] == 2
@@ -425,7 +474,7 @@ def test_audit_quality_distribution_and_broken_rate_by_type() -> None:
 def test_cutoff_sweep_and_closed_book() -> None:
     from grabrag.tables import table_closed_book, table_cutoff_sweep
 
-    sweep = pd.DataFrame(
+    sweep = frame(
         [
             {
                 "threshold": t,
@@ -441,9 +490,9 @@ def test_cutoff_sweep_and_closed_book() -> None:
         ]
     )
     table = table_cutoff_sweep(sweep, 0.8, 50)
-    assert list(table["Cutoff"]) == ["0", "50", "80"]
-    assert list(table["HwSA_QC (lower safer)"]) == ["10.0", "20.0", "40.0"]
-    assert list(table["HwSA_QC vs cf=50 (pp)"]) == ["-10.0", "+0.0", "+20.0"]
+    assert table["Cutoff"] == ["0", "50", "80"]
+    assert table["HwSA_QC (lower safer)"] == ["10.0", "20.0", "40.0"]
+    assert table["HwSA_QC vs cf=50 (pp)"] == ["-10.0", "+0.0", "+20.0"]
     cb = {
         ("m", "nq"): [
             {"decision": "abstain", "confidence": 0},
@@ -452,7 +501,7 @@ def test_cutoff_sweep_and_closed_book() -> None:
             {"decision": None, "confidence": None},
         ]
     }
-    rows = table_closed_book(cb, 50).to_dict("records")
+    rows = table_closed_book(cb, 50).rows
     assert rows[0]["CB abstain %"] == "25.0" and rows[0]["mean confidence (answered)"] == "65.0"
     assert rows[0]["answered below cutoff 50 %"] == "50.0" and rows[0]["parse failed %"] == "25.0"
     assert rows[-1]["model"] == "Mean" and rows[-1]["CB abstain %"] == "25.0"
@@ -475,14 +524,9 @@ def test_section6_aggregates() -> None:
                 )
                 rows.append((model, dataset, policy, "QC-Q0", "hwsa_diff", 0.4))
             rows.append((model, dataset, "mean", "QC", "normalised_hwsa", 0.5))
-    metrics = pd.DataFrame(
-        rows, columns=["model", "dataset", "policy", "condition", "metric", "value"]
-    )
+    metrics = frame(rows, ["model", "dataset", "policy", "condition", "metric", "value"])
     table = table_section6(metrics)
-    got = {
-        (r["Quantity"].split(" (")[0], r["Model"], r["Dataset"]): r["Value"]
-        for r in table.to_dict("records")
-    }
+    got = {(r["Quantity"].split(" (")[0], r["Model"], r["Dataset"]): r["Value"] for r in table.rows}
     assert got[("QC abstention rate", "all", "nq")] == "50.0"
     assert got[("QC abstention rate", "all", "hotpotqa")] == "80.0"
     assert got[("QC abstention difference", "phi", "")] == "-30.0"  # nq - hotpotqa (sorted)
@@ -496,7 +540,7 @@ def test_section6_aggregates() -> None:
 # --- the paper's tables have the paper's columns -------------------------------------
 
 
-def _cell_metrics() -> pd.DataFrame:
+def _cell_metrics() -> pl.DataFrame:
     rows = []
     for dataset, n_qc, n_capable in (("nq", 202, 150), ("hotpotqa", 330, 200)):
         for policy in ("P0", "P1"):
@@ -514,7 +558,7 @@ def _cell_metrics() -> pd.DataFrame:
                 ("m", dataset, policy, "QC", "qc_override", 1, 1, 1, n_qc),
                 ("m", dataset, policy, "QC", "qc_hallucination", 3, 3, 3, n_qc),
             ]
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return frame(rows, COLUMNS)
 
 
 def test_table1_has_the_papers_columns_and_its_n_in_the_note() -> None:
@@ -527,7 +571,7 @@ def test_table1_has_the_papers_columns_and_its_n_in_the_note() -> None:
         "HwSA_QC",
         "Delta [95% CI]",
     ]
-    assert table.attrs["note"] == "n = QC-eligible questions: 330 (hotpotqa), 202 (nq)."
+    assert table.note == "n = QC-eligible questions: 330 (hotpotqa), 202 (nq)."
     # Table 7 keeps its n column, as the paper's
     assert "n" in table_hwsa(_cell_metrics(), with_ci=True).columns
 
@@ -543,15 +587,13 @@ def test_table8_has_no_capable_set_column_but_names_its_sizes() -> None:
         "Ans(Q100)",
         "Ans(Q50)",
     ]
-    assert table.attrs["note"] == (
-        "Capable-set sizes (FAC at Q100): 200 (m, hotpotqa), 150 (m, nq)."
-    )
+    assert table.note == ("Capable-set sizes (FAC at Q100): 200 (m, hotpotqa), 150 (m, nq).")
 
 
 def test_tables_3_and_9_order_sources_as_the_paper() -> None:
     pooled = table_qc_sources(_cell_metrics(), per_cell=False)
     assert list(pooled.columns) == ["model", "Ans.", "Echo", "Halluc.", "Correct"]
-    assert pooled.iloc[-1].to_dict() == {
+    assert pooled.rows[-1] == {
         "model": "All",
         "Ans.": 40,
         "Echo": "60.0",
@@ -565,8 +607,8 @@ def test_tables_3_and_9_order_sources_as_the_paper() -> None:
 def test_write_table_prints_the_note_after_the_caption(tmp_path) -> None:
     from grabrag.tables import with_note
 
-    table = with_note(pd.DataFrame({"policy": ["P1"]}), "n = 5.")
-    csv_path, md_path, tex_path = write_table(table, tmp_path / "t", "Table 1: x.")
+    table = with_note(Table([{"policy": "P1"}]), "n = 5.")
+    csv_path, md_path, tex_path, _ = write_table(table, tmp_path / "t", "Table 1: x.")
     assert md_path.read_text().startswith("Table 1: x. n = 5.\n")
     assert "Table 1: x. n = 5." in tex_path.read_text()
     assert csv_path.read_text() == "policy\nP1\n"

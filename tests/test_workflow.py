@@ -478,9 +478,51 @@ FIGURE_NAMES = (
 )
 
 
+def test_results_load_with_one_call(tiny_run: Path) -> None:
+    """The README's "Loading results": every decision row names its cell, and the tidy
+    table files hold the numbers the printed tables show."""
+    import polars as pl
+
+    from grabrag.results import read_metrics
+    from grabrag.tabular import TIDY_SCHEMA
+
+    decisions = pl.scan_ndjson(tiny_run / "results/policies/*/*/*/*.jsonl").collect()
+    files = sorted((tiny_run / "results/policies").glob("*/*/*/*.jsonl"))
+    assert len(decisions) == sum(len(read_jsonl(path)) for path in files) > 0
+    for path in files:
+        model, dataset, condition = path.parts[-4:-1]
+        for row in read_jsonl(path):
+            assert (row["model"], row["dataset"], row["condition"], row["policy"]) == (
+                model,
+                dataset,
+                condition,
+                path.stem,
+            )
+    tables = pl.read_csv(tiny_run / "results/tables/*.tidy.csv", schema=TIDY_SCHEMA)
+    assert set(tables["table"]) == set(TABLE_NAMES)
+    metrics = read_metrics(sorted((tiny_run / "results/metrics").glob("*.csv")))
+    hwsa = metrics.filter(pl.col("metric") == "hwsa", pl.col("condition") == "QC")
+    shown = tables.filter(
+        pl.col("table") == "table7_hwsa_ci", pl.col("quantity") == "HwSA(QC) [95% CI]"
+    )
+    assert len(shown) == len(hwsa) > 0
+    for row in hwsa.iter_rows(named=True):
+        (tidy,) = shown.filter(
+            pl.col("model") == row["model"],
+            pl.col("dataset") == row["dataset"],
+            pl.col("policy") == row["policy"],
+        ).iter_rows(named=True)
+        assert (tidy["estimate"], tidy["ci_low"], tidy["ci_high"], tidy["n"]) == (
+            row["value"],
+            row["ci_low"],
+            row["ci_high"],
+            row["n"],
+        )
+
+
 def test_tables_and_figures(tiny_run: Path) -> None:
     for name in TABLE_NAMES:
-        for suffix in ("csv", "md", "tex"):
+        for suffix in ("csv", "md", "tex", "tidy.csv"):
             path = tiny_run / f"results/tables/{name}.{suffix}"
             assert path.stat().st_size > 0, path
     with (tiny_run / "results/tables/table7_hwsa_ci.csv").open(newline="") as handle:

@@ -843,9 +843,3 @@ def _perturbation_types(
             macro = np.mean(np.column_stack([r for _, r in typed[metric]]), axis=1)
             low, high, _ = percentile_interval(macro, level)
             out.add(PERTURBATION_TYPE, metric, point, low[0], high[0], covered, **at)
-
-
-def diagnostics_frame(rows: Sequence[Mapping[str, Any]]):  # -> pandas.DataFrame
-    import pandas as pd
-
-    return pd.DataFrame(list(rows), columns=list(DIAGNOSTIC_COLUMNS))

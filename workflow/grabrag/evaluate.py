@@ -167,13 +167,6 @@ def read_context_files(
     return {(c["dataset"], c["condition"]): read_jsonl(path) for c, path in cells}
 
 
-def to_frame(rows: Sequence[Mapping[str, Any]]):  # -> pandas.DataFrame
-    """The tidy rows as a pandas DataFrame with :data:`COLUMNS`."""
-    import pandas as pd
-
-    return pd.DataFrame(list(rows), columns=list(COLUMNS))
-
-
 # --- the dataset frame: questions, gold, eligibility ------------------------------------------
 
 

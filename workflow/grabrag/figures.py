@@ -11,10 +11,12 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on a cluster node
 import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
 
 from . import registry  # noqa: E402
 from .io import atomic_write  # noqa: E402
+from .tabular import group_means, where  # noqa: E402
 
 # Colours of registered policies that name none, in registration order.
 SPARE_COLOURS = ("#000000", "#a6761d", "#6a3d9a", "#b15928", "#1f78b4", "#fb9a99")
@@ -81,7 +83,18 @@ def _grid(cells: Sequence[tuple[str, str]], width: float = 3.6, height: float = 
     return fig, axes, models, datasets
 
 
-def _abstention_panel(ax: Any, rates: pd.DataFrame, conditions: Sequence[str]) -> None:
+def _floats(values: Sequence[float | None]) -> np.ndarray:
+    """Numbers to plot, a missing one (None) as NaN: matplotlib leaves a gap there."""
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+
+
+def _by(frame: pl.DataFrame, key: str, keys: Sequence[Any], column: str) -> np.ndarray:
+    """``column`` at each of ``keys`` of the ``key`` column (NaN where a key is absent)."""
+    found = dict(zip(frame[key], frame[column], strict=True))
+    return _floats([found.get(k) for k in keys])
+
+
+def _abstention_panel(ax: Any, rates: pl.DataFrame, conditions: Sequence[str]) -> None:
     """One panel: abstention rate (%) per condition, a line per policy with its 95% CI
     band, the should-abstain conditions shaded."""
     shaded = [k for k, c in enumerate(conditions) if c in SHOULD_ABSTAIN]
@@ -92,14 +105,15 @@ def _abstention_panel(ax: Any, rates: pd.DataFrame, conditions: Sequence[str]) -
     x = range(len(conditions))
     names = policy_names()
     for policy, colour in policy_colours().items():
-        rows = rates[rates.policy == policy].set_index("condition").reindex(conditions)
-        if rows["value"].isna().all():
+        rows = where(rates, policy=policy)
+        value = _by(rows, "condition", conditions, "value")
+        if np.isnan(value).all():
             continue
-        ax.plot(x, 100 * rows["value"], marker="o", color=colour, label=names[policy])
+        ax.plot(x, 100 * value, marker="o", color=colour, label=names[policy])
         ax.fill_between(
             x,
-            100 * rows["ci_low"].astype(float),
-            100 * rows["ci_high"].astype(float),
+            100 * _by(rows, "condition", conditions, "ci_low"),
+            100 * _by(rows, "condition", conditions, "ci_high"),
             color=colour,
             alpha=0.15,
         )
@@ -130,24 +144,24 @@ def _legend_below(fig: Any, ncol: int = 7) -> None:
         )
 
 
-def _abstain_rates(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    rates = frame[(frame.metric == "abstain_rate") & frame.condition.isin(CONDITIONS)]
-    return rates, [c for c in CONDITIONS if c in set(rates.condition)]
+def _abstain_rates(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    rates = where(frame, metric="abstain_rate").filter(pl.col("condition").is_in(CONDITIONS))
+    return rates, [c for c in CONDITIONS if c in set(rates["condition"])]
 
 
-def abstention_by_condition(means: pd.DataFrame) -> Any:
+def abstention_by_condition(means: pl.DataFrame) -> Any:
     """Figure 2: abstention rate by condition averaged over the datasets, one panel per
     model, one line per policy with 95% bootstrap CI bands, should-abstain conditions
     shaded. ``means``: rows of :func:`grabrag.evaluate.abstention_over_datasets`."""
     rates, conditions = _abstain_rates(means)
-    models = sorted(set(rates.model)) or [""]
+    models = sorted(set(rates["model"])) or [""]
     fig, axes = plt.subplots(
         1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False, sharey=True
     )
     for ax, model in zip(axes[0], models, strict=True):
-        cell = rates[rates.model == model]
+        cell = where(rates, model=model)
         _abstention_panel(ax, cell, conditions)
-        averaged = sorted({d for names in cell.dataset for d in str(names).split("+")})
+        averaged = sorted({d for names in cell["dataset"] for d in str(names).split("+")})
         ax.set_title(f"{model}\n(mean over {', '.join(averaged)})", fontsize=9)
     axes[0][0].set_ylabel("abstention rate (%)")
     fig.suptitle("Abstention rate by context condition (95% bootstrap CI)", fontsize=10)
@@ -156,15 +170,15 @@ def abstention_by_condition(means: pd.DataFrame) -> Any:
     return fig
 
 
-def abstention_by_dataset(metrics: pd.DataFrame) -> Any:
+def abstention_by_dataset(metrics: pl.DataFrame) -> Any:
     """Figure 2 per dataset: one panel per model (columns) and dataset (rows)."""
     rates, conditions = _abstain_rates(metrics)
-    cells = sorted(set(zip(rates.model, rates.dataset, strict=True)))
+    cells = sorted(set(zip(rates["model"], rates["dataset"], strict=True)))
     fig, axes, models, datasets = _grid(cells, width=4.2, height=3.4)
     for i, dataset in enumerate(datasets):
         for j, model in enumerate(models):
             ax = axes[i][j]
-            cell = rates[(rates.model == model) & (rates.dataset == dataset)]
+            cell = where(rates, model=model, dataset=dataset)
             _abstention_panel(ax, cell, conditions)
             ax.set_title(f"{model} / {dataset}", fontsize=9)
             if j == 0:
@@ -175,17 +189,24 @@ def abstention_by_dataset(metrics: pd.DataFrame) -> Any:
     return fig
 
 
-def p3_sweep_figure(sweep: pd.DataFrame, cutoff: float = 50) -> Any:
+def _means(frame: pl.DataFrame, by: str, column: str) -> tuple[list[Any], np.ndarray]:
+    """(sorted values of ``by``, the mean of ``column`` at each)."""
+    means = group_means(frame, by, [column])
+    return list(means), _floats([values[column] for values in means.values()])
+
+
+def p3_sweep_figure(sweep: pl.DataFrame, cutoff: float = 50) -> Any:
     """P3's HwSA@QC, FAC@Q100 and Ans@Q100 against the F1 threshold (macro average)."""
-    chosen = sweep[sweep.cutoff == cutoff].groupby("threshold").mean(numeric_only=True)
+    chosen = where(sweep, cutoff=cutoff)
     fig, ax = plt.subplots(figsize=(5, 3.4))
     for column, label, style in (
         ("hwsa_qc", "HwSA@QC", "-o"),
         ("fac_q100", "FAC@Q100", "-s"),
         ("ans_q100", "Ans@Q100", "-^"),
     ):
-        if column in chosen:
-            ax.plot(chosen.index, 100 * chosen[column], style, label=label)
+        if column in chosen.columns:
+            thresholds, means = _means(chosen, "threshold", column)
+            ax.plot(thresholds, 100 * means, style, label=label)
     ax.axvline(0.8, color="0.6", linestyle=":", label="threshold used (0.8)")
     ax.set_xlabel("P3 F1 agreement threshold")
     ax.set_ylabel("rate (%)")
@@ -284,21 +305,25 @@ QC_PARTS = (
 )
 
 
-def qc_breakdown_figure(metrics: pd.DataFrame) -> Any:
+def qc_breakdown_figure(metrics: pl.DataFrame) -> Any:
     """Answered QC rows split into echo / hallucination / correct override (Table 3's
     sources), one panel per model, one bar per policy (datasets pooled): the share of the
     answered rows (%), with the number answered over each bar."""
     colours, names = policy_colours(), policy_names()
-    qc = metrics[(metrics.condition == "QC") & metrics.policy.isin(list(colours))]
-    counts = qc[qc.metric.isin([c for c, _, _ in QC_PARTS] + ["qc_answered"])]
-    table = counts.pivot_table(
-        index=["model", "policy"], columns="metric", values="value", aggfunc="sum"
-    ).fillna(0)
-    models = sorted({m for m, _ in table.index}) or [""]
-    order = list(colours)
-    width = (
-        max(len([p for m, p in table.index if m == model]) for model in models) if len(table) else 1
+    counts = where(metrics, condition="QC").filter(
+        pl.col("policy").is_in(list(colours)),
+        pl.col("metric").is_in([c for c, _, _ in QC_PARTS] + ["qc_answered"]),
     )
+    # (model, policy) -> metric -> the sum over datasets
+    table: dict[tuple[str, str], dict[str, float]] = {}
+    for row in counts.iter_rows(named=True):
+        if row["value"] is None or math.isnan(row["value"]):
+            continue
+        sums = table.setdefault((row["model"], row["policy"]), {})
+        sums[row["metric"]] = sums.get(row["metric"], 0.0) + float(row["value"])
+    models = sorted({m for m, _ in table}) or [""]
+    order = list(colours)
+    width = max(len([p for m, p in table if m == model]) for model in models) if table else 1
     fig, axes = plt.subplots(
         1,
         len(models),
@@ -307,15 +332,13 @@ def qc_breakdown_figure(metrics: pd.DataFrame) -> Any:
         sharey=True,
     )
     for ax, model in zip(axes[0], models, strict=True):
-        policies = sorted((p for m, p in table.index if m == model), key=lambda p: order.index(p))
+        policies = sorted((p for m, p in table if m == model), key=lambda p: order.index(p))
         x = list(range(len(policies)))
         bottom = [0.0] * len(policies)
-        answered = [
-            sum(table.loc[(model, p)].get(c, 0.0) for c, _, _ in QC_PARTS) for p in policies
-        ]
+        answered = [sum(table[(model, p)].get(c, 0.0) for c, _, _ in QC_PARTS) for p in policies]
         for column, label, colour in QC_PARTS:
             shares = [
-                100 * table.loc[(model, p)].get(column, 0.0) / a if a else 0.0
+                100 * table[(model, p)].get(column, 0.0) / a if a else 0.0
                 for p, a in zip(policies, answered, strict=True)
             ]
             ax.bar(x, shares, bottom=bottom, label=label, color=colour)
@@ -339,42 +362,38 @@ def qc_breakdown_figure(metrics: pd.DataFrame) -> Any:
     return fig
 
 
-def lambda_sweep_figure(sweep: pd.DataFrame, lam: float, tau1: float, tau2: float) -> Any:
+def lambda_sweep_figure(sweep: pl.DataFrame, lam: float, tau1: float, tau2: float) -> Any:
     """EvidentialRAG's fusion-rule sweep at the configured thresholds: answer rate at QC and
     QX (should abstain: lower is safer) and Ans@Q100 against lambda, normalised Dempster as
     its own tick; one panel per model (datasets averaged), one colour per policy."""
-    chosen = sweep[
-        (sweep.variant == "evid")
-        & ((sweep.tau1.astype(float) - tau1).abs() < 1e-9)
-        & ((sweep.tau2.astype(float) - tau2).abs() < 1e-9)
-    ]
-    models = sorted(set(chosen.model)) or [""]
+    chosen = where(sweep, variant="evid").filter(
+        (pl.col("tau1") - tau1).abs() < 1e-9, (pl.col("tau2") - tau2).abs() < 1e-9
+    )
+    models = sorted(set(chosen["model"])) or [""]
     colours, names = policy_colours(), policy_names()
     fig, axes = plt.subplots(
         1, len(models), figsize=(4.2 * len(models), 3.4), squeeze=False, sharey=True
     )
-    ticks_named = lambda_ticks(chosen.rule) if len(chosen) else list(LAMBDA_TICKS)
+    ticks_named = lambda_ticks(chosen["rule"]) if len(chosen) else list(LAMBDA_TICKS)
     x = list(range(len(ticks_named)))
     styles = (("QC", "-o", "HwSA@QC"), ("QX", "--s", "HwSA@QX"), ("Q100", ":^", "Ans@Q100"))
     default = f"{float(lam):g}"
     for ax, model in zip(axes[0], models, strict=True):
-        cell = chosen[chosen.model == model]
+        cell = where(chosen, model=model)
         for policy, colour in colours.items():
-            rows = cell[cell.policy == policy]
+            rows = where(cell, policy=policy)
             if not len(rows):
                 continue
             for condition, style, label in styles:
-                means = (
-                    rows[rows.condition == condition]
-                    .groupby("rule")["answer_rate"]
-                    .mean()
-                    .reindex([rule for rule, _ in ticks_named])
+                rules, means = _means(where(rows, condition=condition), "rule", "answer_rate")
+                means = _floats(
+                    [dict(zip(rules, means, strict=True)).get(r) for r, _ in ticks_named]
                 )
-                if means.isna().all():
+                if np.isnan(means).all():
                     continue
                 ax.plot(
                     x,
-                    100 * means.to_numpy(dtype=float),
+                    100 * means,
                     style,
                     color=colour,
                     label=f"{names[policy]} {label}",

@@ -577,6 +577,28 @@ def decide(
     return spec.decide(inputs, settings or {})
 
 
+def with_cell(
+    rows: Sequence[Mapping[str, Any]], model: str, dataset: str, condition: str, policy: str
+) -> list[dict[str, Any]]:
+    """Decision rows led by the cell they belong to (model, dataset, condition, policy),
+    so every decision file loads into one frame and filters. A row that names another
+    condition or policy is a policy bug, reported as such."""
+    out = []
+    for row in rows:
+        for key, value in (("condition", condition), ("policy", policy)):
+            if row.get(key, value) != value:
+                raise ValueError(
+                    f"policy {policy}: a decision row for question {row.get('qid')!r} says "
+                    f"{key} {row[key]!r}, but the cell is {condition}/{policy}; its decide "
+                    "function must return the rows of the cell it was given"
+                )
+        rest = {k: v for k, v in row.items() if k not in ("condition", "policy")}
+        out.append(
+            {"model": model, "dataset": dataset, "condition": condition, "policy": policy, **rest}
+        )
+    return out
+
+
 # --- Table 12 sweep -------------------------------------------------------------------
 
 

@@ -1,11 +1,16 @@
 """The paper's tables from the tidy metric table (one row per model x dataset x policy x
-condition x metric with its bootstrap CI), written as CSV + Markdown + LaTeX.
+condition x metric with its bootstrap CI), written as CSV + Markdown + LaTeX, and as a
+tidy numeric CSV beside them (:mod:`grabrag.tabular`).
 
 Numbers are percentages with one decimal, as in the paper; CIs are "[low, high]". The
-CSV keeps the same formatted cells, so the three files show one table. A table named after
-one of the paper's has the paper's columns and no others; what the paper gives in a
-caption (the questions behind each rate, say) goes into the table's note
-(``with_note``), which follows the caption.
+CSV keeps the same formatted cells, so the three files show one table; each printed
+number is a :class:`~grabrag.tabular.Number` that keeps its estimate, CI and n for the
+tidy file. A table named after one of the paper's has the paper's columns and no others;
+what the paper gives in a caption (the questions behind each rate, say) goes into the
+table's note (``with_note``), which follows the caption.
+
+The builders take polars frames (the metric CSVs as read) and return a
+:class:`~grabrag.tabular.Table`.
 """
 
 from __future__ import annotations
@@ -13,44 +18,60 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-import pandas as pd
+import polars as pl
 
 from . import registry
 from .errors import DataError
 from .evaluate import policy_sort_key
-from .io import atomic_write
 from .metrics import audit_hwsa, capability_set, decision_rate
 from .policies import SWEEP_CUTOFFS, SWEEP_THRESHOLDS, p3_sweep_decisions
+from .tabular import NAN, Label, Number, Table, group_means, rows_csv, where
+from .tabular import write_table as _write_table
 
 PAPER_POLICIES = ("P0", "P1", "P2", "P3", "P4")
+NOT_AVAILABLE = Number("n/a", None)  # a number the data cannot give (no rows to rate)
 SHOULD_ANSWER = ("Q100", "Q50")
 SHOULD_ABSTAIN = ("Q0", "QC", "QX")
 
 
-def pct(value: float) -> str:
-    return "n/a" if value is None or math.isnan(value) else f"{100 * value:.1f}"
+def _nan(value: float | None) -> bool:
+    return value is None or math.isnan(value)
 
 
-def pct_ci(value: float, low: float, high: float, signed: bool = False) -> str:
-    if value is None or math.isnan(value):
-        return "n/a"
+def pct(value: float | None, n: int | None = None) -> Number:
+    return Number("n/a" if _nan(value) else f"{100 * value:.1f}", value, n=n)
+
+
+def pct_ci(
+    value: float | None,
+    low: float | None,
+    high: float | None,
+    signed: bool = False,
+    n: int | None = None,
+) -> Number:
+    if _nan(value):
+        return Number("n/a", None, n=n)
     sign = "+" if signed else ""
-    ci = (
-        ""
-        if math.isnan(low) or math.isnan(high)
-        else (f" [{100 * low:{sign}.1f}, {100 * high:{sign}.1f}]")
-    )
-    return f"{100 * value:{sign}.1f}{ci}"
+    ci = "" if _nan(low) or _nan(high) else (f" [{100 * low:{sign}.1f}, {100 * high:{sign}.1f}]")
+    return Number(f"{100 * value:{sign}.1f}{ci}", value, low, high, n)
 
 
-def _lookup(metrics: pd.DataFrame) -> Callable[..., pd.Series | None]:
-    index = {
-        (r.model, r.dataset, r.policy, r.condition, r.metric): r
-        for r in metrics.itertuples(index=False)
-    }
+def _ci(row: Any, signed: bool = False) -> Number:
+    """A metric row as "estimate [low, high]", keeping its n."""
+    return pct_ci(*_triple(row), signed=signed, n=None if row is None else _n(row))
+
+
+def _records(frame: pl.DataFrame) -> list[Any]:
+    """The frame's rows with attribute access (``row.value``), missing values as None."""
+    return [SimpleNamespace(**row) for row in frame.iter_rows(named=True)]
+
+
+def _lookup(metrics: pl.DataFrame) -> Callable[..., Any]:
+    index = {(r.model, r.dataset, r.policy, r.condition, r.metric): r for r in _records(metrics)}
 
     def get(model: str, dataset: str, policy: str, condition: str, metric: str):
         return index.get((model, dataset, policy, condition, metric))
@@ -58,9 +79,11 @@ def _lookup(metrics: pd.DataFrame) -> Callable[..., pd.Series | None]:
     return get
 
 
-def _cells(metrics: pd.DataFrame) -> list[tuple[str, str]]:
-    pairs = metrics[["model", "dataset"]].drop_duplicates()
-    return sorted(map(tuple, pairs.to_numpy()))
+def _cells(frame: pl.DataFrame) -> list[tuple[str, str]]:
+    """The (model, dataset) cells of a frame, sorted."""
+    if not len(frame):
+        return []
+    return sorted(set(zip(frame["model"], frame["dataset"], strict=True)))
 
 
 def policy_table_policies() -> list[str]:
@@ -68,17 +91,28 @@ def policy_table_policies() -> list[str]:
     return [name for name, spec in registry.policies().items() if spec.in_policy_tables]
 
 
-def _policies(metrics: pd.DataFrame) -> list[str]:
+def _policies(metrics: pl.DataFrame) -> list[str]:
     return [p for p in policy_table_policies() if p in set(metrics["policy"])]
 
 
 def _value(row: Any) -> float:
-    return float("nan") if row is None else float(row.value)
+    return float("nan") if row is None or row.value is None else float(row.value)
 
 
-def with_note(table: pd.DataFrame, note: str) -> pd.DataFrame:
+def _mean(values: Sequence[float | None]) -> float:
+    """The mean of the values that are numbers (None and NaN left out); NaN if none."""
+    kept = [float(v) for v in values if not _nan(v)]
+    return float(np.mean(kept)) if kept else float("nan")
+
+
+def _sum(values: Sequence[float | None]) -> float:
+    """The sum of the values that are numbers (0 if none)."""
+    return float(np.sum([float(v) for v in values if not _nan(v)]))
+
+
+def with_note(table: Table, note: str) -> Table:
     """Attach the sentence that ``write_table`` prints after the table's caption."""
-    table.attrs["note"] = note
+    table.note = note
     return table
 
 
@@ -92,7 +126,7 @@ def _sizes_note(label: str, sizes: Mapping[str, set[int]]) -> str:
     return f"{label}: {', '.join(parts)}." if parts else ""
 
 
-def table_hwsa(metrics: pd.DataFrame, with_ci: bool) -> pd.DataFrame:
+def table_hwsa(metrics: pl.DataFrame, with_ci: bool) -> Table:
     """Table 1 (with_ci False) and Table 7: HwSA at Q0 vs QC on paired QC-eligible questions."""
     get = _lookup(metrics)
     out = []
@@ -110,38 +144,56 @@ def table_hwsa(metrics: pd.DataFrame, with_ci: bool) -> pd.DataFrame:
             if with_ci:
                 # Table 7 has the n column (the paper prints it once per dataset block).
                 row["n"] = n
-                row["HwSA(Q0) [95% CI]"] = pct_ci(*_triple(q0))
-                row["HwSA(QC) [95% CI]"] = pct_ci(*_triple(qc))
+                row["HwSA(Q0) [95% CI]"] = _ci(q0)
+                row["HwSA(QC) [95% CI]"] = _ci(qc)
             else:
                 row["HwSA_Q0"], row["HwSA_QC"] = pct(_value(q0)), pct(_value(qc))
-            row["Delta [95% CI]"] = pct_ci(*_triple(diff), signed=True)
+            row["Delta [95% CI]"] = _ci(diff, signed=True)
             out.append(row)
-    table = pd.DataFrame(out)
+    table = Table(out)
     return table if with_ci else with_note(table, _sizes_note("n = QC-eligible questions", sizes))
 
 
 def _triple(row: Any) -> tuple[float, float, float]:
     if row is None:
         return (float("nan"),) * 3
-    return float(row.value), float(row.ci_low), float(row.ci_high)
+    return tuple(
+        float("nan") if v is None else float(v) for v in (row.value, row.ci_low, row.ci_high)
+    )
 
 
-def _macro(metrics: pd.DataFrame, policy: str, condition: str, metric: str) -> float:
+def _pivot(
+    frame: pl.DataFrame, index: Sequence[str], column: str, how: str = "mean"
+) -> dict[tuple[Any, ...], dict[str, float]]:
+    """``frame``'s values as {index key: {column value: mean or sum}}, keys sorted, as a
+    pivot table gives them: missing values left out, a row or column with none dropped."""
+    groups: dict[tuple[Any, ...], dict[str, list[float]]] = {}
+    for row in frame.iter_rows(named=True):
+        value = row["value"]
+        if _nan(value):
+            continue
+        key = tuple(row[k] for k in index)
+        groups.setdefault(key, {}).setdefault(row[column], []).append(float(value))
+    reduce = (lambda v: float(np.sum(v))) if how == "sum" else (lambda v: float(np.mean(v)))
+    return {
+        key: {c: reduce(values) for c, values in sorted(by_column.items())}
+        for key, by_column in sorted(groups.items())
+    }
+
+
+def _macro(metrics: pl.DataFrame, policy: str, condition: str, metric: str) -> float:
     """Mean over model x dataset cells (the paper's macro average), NaN cells left out."""
-    chosen = metrics[
-        (metrics.policy == policy) & (metrics.condition == condition) & (metrics.metric == metric)
-    ]["value"].astype(float)
-    chosen = chosen[~chosen.isna()]
-    return float(chosen.mean()) if len(chosen) else float("nan")
+    chosen = where(metrics, policy=policy, condition=condition, metric=metric)
+    return _mean(chosen["value"].to_list())
 
 
-def table_policy_comparison(metrics: pd.DataFrame) -> pd.DataFrame:
+def table_policy_comparison(metrics: pl.DataFrame) -> Table:
     """Table 2: policies macro-averaged over the model x dataset cells."""
     rows = []
     for policy in _policies(metrics):
         rows.append(
             {
-                "Policy": registry.policy(policy).described,
+                "Policy": Label(registry.policy(policy).described, policy),
                 "HwSA_QC (lower safer)": pct(_macro(metrics, policy, "QC", "hwsa")),
                 "FAC_Q100 (lower better)": pct(_macro(metrics, policy, "Q100", "fac")),
                 "Ans_Q100 (higher better)": pct(_macro(metrics, policy, "Q100", "answer_rate")),
@@ -149,10 +201,10 @@ def table_policy_comparison(metrics: pd.DataFrame) -> pd.DataFrame:
                 "Ans_Q50 (higher better)": pct(_macro(metrics, policy, "Q50", "answer_rate")),
             }
         )
-    return pd.DataFrame(rows)
+    return Table(rows)
 
 
-def table_fac(metrics: pd.DataFrame) -> pd.DataFrame:
+def table_fac(metrics: pl.DataFrame) -> Table:
     """Table 8: FAC and answer rates per cell with CIs."""
     get = _lookup(metrics)
     rows = []
@@ -166,34 +218,37 @@ def table_fac(metrics: pd.DataFrame) -> pd.DataFrame:
                     "model": model,
                     "dataset": dataset,
                     "policy": policy,
-                    "FAC(Q100)": pct_ci(*_triple(fac)),
-                    "FAC(Q50)": pct_ci(*_triple(get(model, dataset, policy, "Q50", "fac"))),
-                    "Ans(Q100)": pct_ci(
-                        *_triple(get(model, dataset, policy, "Q100", "answer_rate"))
-                    ),
-                    "Ans(Q50)": pct_ci(*_triple(get(model, dataset, policy, "Q50", "answer_rate"))),
+                    "FAC(Q100)": _ci(fac),
+                    "FAC(Q50)": _ci(get(model, dataset, policy, "Q50", "fac")),
+                    "Ans(Q100)": _ci(get(model, dataset, policy, "Q100", "answer_rate")),
+                    "Ans(Q50)": _ci(get(model, dataset, policy, "Q50", "answer_rate")),
                 }
             )
     # FAC's denominator, the P1-anchored capable set, is one size per model x dataset.
-    return with_note(pd.DataFrame(rows), _sizes_note("Capable-set sizes (FAC at Q100)", sizes))
+    return with_note(Table(rows), _sizes_note("Capable-set sizes (FAC at Q100)", sizes))
 
 
-def table_qc_sources(metrics: pd.DataFrame, per_cell: bool) -> pd.DataFrame:
+def table_qc_sources(metrics: pl.DataFrame, per_cell: bool) -> Table:
     """Table 9 (per cell) and Table 3 (per model, pooled over datasets and the paper's
     policies P0-P4)."""
-    qc = metrics[metrics.condition == "QC"]
+    qc = where(metrics, condition="QC")
     if not per_cell:
-        qc = qc[qc.policy.isin(PAPER_POLICIES)]
-    counts = qc[qc.metric.isin(["qc_answered", "qc_echo", "qc_override", "qc_hallucination"])]
+        qc = qc.filter(pl.col("policy").is_in(PAPER_POLICIES))
+    counts = qc.filter(
+        pl.col("metric").is_in(["qc_answered", "qc_echo", "qc_override", "qc_hallucination"])
+    )
     keys = ["model", "dataset", "policy"] if per_cell else ["model"]
-    pooled = counts.pivot_table(index=keys, columns="metric", values="value", aggfunc="sum")
+    pooled = _pivot(counts, keys, "metric", how="sum")
     get = _lookup(metrics)
     rows = []
-    groups = list(pooled.iterrows())
+    groups = list(pooled.items())
     if not per_cell and groups:
-        groups.append((("All",), pooled.sum()))
+        total: dict[str, float] = {}
+        for sums in pooled.values():
+            for metric, value in sums.items():
+                total[metric] = total.get(metric, 0.0) + value
+        groups.append((("All",), total))
     for key, sums in groups:
-        key = key if isinstance(key, tuple) else (key,)
         answered = float(sums.get("qc_answered", 0.0))
         row = dict(zip(keys if key[0] != "All" else ["model"], key, strict=False))
         if per_cell:
@@ -214,34 +269,51 @@ def table_qc_sources(metrics: pd.DataFrame, per_cell: bool) -> pd.DataFrame:
             else (("Echo", "qc_echo"), ("Halluc.", "qc_hallucination"), ("Correct", "qc_override"))
         )
         for label, metric in labels:
-            row[label] = pct(float(sums.get(metric, 0.0)) / answered) if answered else "n/a"
+            row[label] = pct(float(sums.get(metric, 0.0)) / answered) if answered else NOT_AVAILABLE
         rows.append(row)
-    return pd.DataFrame(rows)
+    return Table(rows)
 
 
-def table_aurc(metrics: pd.DataFrame) -> pd.DataFrame:
+def table_aurc(metrics: pl.DataFrame) -> Table:
     """Table 10: AURC over all conditions per cell and policy, with the mean row."""
-    chosen = metrics[(metrics.metric == "aurc") & (metrics.condition == "all")]
-    wide = chosen.pivot_table(index=["model", "dataset"], columns="policy", values="value")
-    wide = wide[[p for p in policy_table_policies() if p in wide.columns]]
-    wide.loc[("Mean", ""), :] = wide.mean()
-    return wide.round(3).reset_index()
-
-
-def table_ece(metrics: pd.DataFrame, metric: str = "ece") -> pd.DataFrame:
-    """Table 11: ECE averaged across models and datasets, by policy and condition."""
-    chosen = metrics[
-        (metrics.metric == metric) & metrics.condition.isin(["Q100", "Q50", "Q0", "QC"])
+    wide = _pivot(where(metrics, metric="aurc", condition="all"), ["model", "dataset"], "policy")
+    present = {p for values in wide.values() for p in values}
+    policies = [p for p in policy_table_policies() if p in present]
+    rows = [
+        {"model": model, "dataset": dataset, **{p: values.get(p, NAN) for p in policies}}
+        for (model, dataset), values in wide.items()
     ]
-    wide = chosen.pivot_table(index="policy", columns="condition", values="value", aggfunc="mean")
-    wide = wide[[c for c in ("Q100", "Q50", "Q0", "QC") if c in wide.columns]]
-    wide = wide.loc[sorted(wide.index, key=policy_sort_key)]
-    return wide.round(3).reset_index()
+    if rows:
+        rows.append(
+            {"model": "Mean", "dataset": "", **{p: _mean([r[p] for r in rows]) for p in policies}}
+        )
+    return Table(_rounded(rows, policies), ["model", "dataset", *policies])
 
 
-def table_metric_by_cell(
-    metrics: pd.DataFrame, metric: str, condition: str, label: str
-) -> pd.DataFrame:
+def _rounded(rows: list[dict[str, Any]], columns: Sequence[str], digits: int = 3) -> list[dict]:
+    """``columns`` rounded half to even at ``digits`` decimals, as numpy rounds."""
+    return [
+        {k: float(np.round(v, digits)) if k in columns else v for k, v in row.items()}
+        for row in rows
+    ]
+
+
+def table_ece(metrics: pl.DataFrame, metric: str = "ece") -> Table:
+    """Table 11: ECE averaged across models and datasets, by policy and condition."""
+    chosen = where(metrics, metric=metric).filter(
+        pl.col("condition").is_in(["Q100", "Q50", "Q0", "QC"])
+    )
+    wide = _pivot(chosen, ["policy"], "condition")
+    present = {c for values in wide.values() for c in values}
+    conditions = [c for c in ("Q100", "Q50", "Q0", "QC") if c in present]
+    rows = [
+        {"policy": policy, **{c: values.get(c, NAN) for c in conditions}}
+        for (policy,), values in sorted(wide.items(), key=lambda kv: policy_sort_key(kv[0][0]))
+    ]
+    return Table(_rounded(rows, conditions), ["policy", *conditions])
+
+
+def table_metric_by_cell(metrics: pl.DataFrame, metric: str, condition: str, label: str) -> Table:
     get = _lookup(metrics)
     rows = []
     for model, dataset in _cells(metrics):
@@ -254,15 +326,15 @@ def table_metric_by_cell(
                     "model": model,
                     "dataset": dataset,
                     "policy": policy,
-                    label: pct_ci(*_triple(row)),
+                    label: _ci(row),
                     "n": int(row.n),
                     "note": row.reason if isinstance(row.reason, str) else "",
                 }
             )
-    return pd.DataFrame(rows)
+    return Table(rows)
 
 
-def table_selection_bias(metrics: pd.DataFrame) -> pd.DataFrame:
+def table_selection_bias(metrics: pl.DataFrame) -> Table:
     """Section 6: Q100 EM on QC-eligible vs excluded questions, per cell and policy."""
     get = _lookup(metrics)
     rows = []
@@ -276,22 +348,22 @@ def table_selection_bias(metrics: pd.DataFrame) -> pd.DataFrame:
                     "model": model,
                     "dataset": dataset,
                     "policy": policy,
-                    "EM eligible": pct_ci(*_triple(eligible)),
-                    "EM excluded": pct_ci(*_triple(excluded)),
-                    "gap": pct_ci(*_triple(gap), signed=True),
+                    "EM eligible": _ci(eligible),
+                    "EM excluded": _ci(excluded),
+                    "gap": _ci(gap, signed=True),
                 }
             )
-    return pd.DataFrame(rows)
+    return Table(rows)
 
 
 def table_seed_sensitivity(
-    base: pd.DataFrame,
-    variant: pd.DataFrame,
+    base: pl.DataFrame,
+    variant: pl.DataFrame,
     model: str,
     dataset: str,
     base_seed: int,
     variant_seed: int,
-) -> pd.DataFrame:
+) -> Table:
     """Table 13: HwSA at Q0 and QC per policy under two construction seeds, and |delta|,
     with two decimals as in the paper.
 
@@ -301,7 +373,7 @@ def table_seed_sensitivity(
     the denominators go into the note, as the paper gives them in its text.
     """
     get_base, get_variant = _lookup(base), _lookup(variant)
-    variant_name = str(variant["dataset"].iloc[0]) if len(variant) else dataset
+    variant_name = str(variant["dataset"][0]) if len(variant) else dataset
     out = []
     sizes: dict[tuple[int, str], set[int]] = {}
     for policy in _policies(variant):
@@ -317,7 +389,7 @@ def table_seed_sensitivity(
                     "condition": condition,
                     f"seed {base_seed}": _pct2(a),
                     f"seed {variant_seed}": _pct2(b),
-                    "|delta| (pp)": "n/a" if math.isnan(a - b) else f"{100 * abs(a - b):.2f}",
+                    "|delta| (pp)": _pct2(abs(a - b)),
                 }
             )
     counts = "; ".join(
@@ -329,11 +401,11 @@ def table_seed_sensitivity(
         )
         for seed in (base_seed, variant_seed)
     )
-    return with_note(pd.DataFrame(out), f"{model} on {dataset}; questions per cell, {counts}.")
+    return with_note(Table(out), f"{model} on {dataset}; questions per cell, {counts}.")
 
 
-def _pct2(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{100 * value:.2f}"
+def _pct2(value: float) -> Number:
+    return Number("n/a" if _nan(value) else f"{100 * value:.2f}", value)
 
 
 AUDIT_COLUMNS = (
@@ -359,7 +431,7 @@ def audit_hwsa_rows(
     ratings: Mapping[str, str],
     qc_qids: Sequence[str],
     audit_file: str | Path = "the audit file",
-) -> pd.DataFrame:
+) -> list[dict[str, Any]]:
     """Table 6's numbers for one dataset, one row per model x policy (tidy; rates as
     fractions): HwSA@QC on every QC-eligible question and on those rated fluent or
     borderline, the shift, and the Q0 -> QC delta on both sets (Q0 paired on the same
@@ -408,11 +480,16 @@ def audit_hwsa_rows(
             }
         )
     rows.sort(key=lambda r: (r["model"], policy_sort_key(r["policy"])))
-    return pd.DataFrame(rows, columns=list(AUDIT_COLUMNS))
+    return rows
 
 
-def _pp(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{100 * value:+.1f}"
+def write_audit_hwsa(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """:func:`audit_hwsa_rows` as the CSV Table 6 reads (one per audited dataset)."""
+    rows_csv(path, rows, AUDIT_COLUMNS)
+
+
+def _pp(value: float) -> Number:
+    return Number("n/a" if _nan(value) else f"{100 * value:+.1f}", value)
 
 
 TABLE6_COLUMNS = (
@@ -427,14 +504,19 @@ TABLE6_COLUMNS = (
 )
 
 
-def table_audit(audit: pd.DataFrame) -> pd.DataFrame:
+def _flag(value: Any) -> bool:
+    """A True/False cell as read from a CSV (a bool, or its text)."""
+    return value if isinstance(value, bool) else str(value).strip().lower() == "true"
+
+
+def table_audit(audit: pl.DataFrame) -> Table:
     """Table 6 with the paper's columns: HwSA@QC on the full QC set vs the audited
     fluent + borderline subset (F+B) per model, dataset and policy, and the shift in pp;
     then the macro-average row and a last row counting the cells whose Q0 -> QC delta
     keeps its sign on F+B (the paper's "All 30 delta signs preserved."). The deltas per
     cell are in each dataset's audit_hwsa.csv."""
     out = []
-    for row in audit.itertuples(index=False):
+    for row in _records(audit):
         out.append(
             {
                 "Model": row.model,
@@ -449,7 +531,7 @@ def table_audit(audit: pd.DataFrame) -> pd.DataFrame:
         )
     # The macro row pools the paper's policies (its "30 cells" are 3 models x 2 datasets
     # x P0-P4), so adding EVID or the CDD family does not move it; all policies otherwise.
-    paper = audit[audit["policy"].isin(PAPER_POLICIES)]
+    paper = audit.filter(pl.col("policy").is_in(PAPER_POLICIES))
     pooled = paper if len(paper) else audit
     label = "Macro avg (P0-P4)" if len(paper) and len(paper) < len(audit) else "Macro avg"
     if len(pooled):
@@ -458,16 +540,16 @@ def table_audit(audit: pd.DataFrame) -> pd.DataFrame:
             {
                 **blank,
                 "Model": label,
-                "HwSA@QC (all)": pct(pooled["hwsa_qc_all"].mean()),
-                "HwSA@QC (F+B)": pct(pooled["hwsa_qc_clean"].mean()),
-                "Shift (pp)": _pp(pooled["shift"].mean()),
+                "HwSA@QC (all)": pct(_mean(pooled["hwsa_qc_all"].to_list())),
+                "HwSA@QC (F+B)": pct(_mean(pooled["hwsa_qc_clean"].to_list())),
+                "Shift (pp)": _pp(_mean(pooled["shift"].to_list())),
             }
         )
-        known = pooled["sign_preserved"].dropna().astype(bool)
-        kept, cells = int(known.sum()), len(known)
+        known = [_flag(v) for v in pooled["sign_preserved"].to_list() if v is not None]
+        kept, cells = sum(known), len(known)
         kept_text = f"All {cells}" if kept == cells else f"{kept} of {cells}"
         out.append({**blank, "Model": f"{kept_text} delta signs preserved."})
-    return pd.DataFrame(out, columns=list(TABLE6_COLUMNS))
+    return Table(out, list(TABLE6_COLUMNS))
 
 
 def p3_sweep_rows(
@@ -498,23 +580,26 @@ def p3_sweep_rows(
     return out
 
 
-def table_p3_sweep(sweep: pd.DataFrame, cutoff: float = 50) -> pd.DataFrame:
+def table_p3_sweep(sweep: pl.DataFrame, cutoff: float = 50) -> Table:
     """Table 12: macro averages over cells at the paper's cutoff."""
-    chosen = sweep[sweep.cutoff == cutoff].reindex(
-        columns=["threshold", "cutoff", "hwsa_qc", "fac_q100", "ans_q100"]
-    )  # no QC condition: no hwsa_qc column, shown as NaN
-    grouped = chosen.groupby("threshold")[["hwsa_qc", "fac_q100", "ans_q100"]].mean()
-    return pd.DataFrame(
-        {
-            "F1": grouped.index,
-            "HwSA_QC (lower safer)": [pct(v) for v in grouped["hwsa_qc"]],
-            "FAC_Q100 (lower better)": [pct(v) for v in grouped["fac_q100"]],
-            "Q100 Ans (higher better)": [pct(v) for v in grouped["ans_q100"]],
-        }
+    chosen = sweep.filter(pl.col("cutoff") == cutoff)
+    grouped = group_means(chosen, "threshold", ("hwsa_qc", "fac_q100", "ans_q100"))
+    return Table(
+        [
+            {
+                "F1": threshold,
+                "HwSA_QC (lower safer)": pct(values["hwsa_qc"]),
+                "FAC_Q100 (lower better)": pct(values["fac_q100"]),
+                "Q100 Ans (higher better)": pct(values["ans_q100"]),
+            }
+            for threshold, values in grouped.items()
+        ],
+        ["F1", "HwSA_QC (lower safer)", "FAC_Q100 (lower better)", "Q100 Ans (higher better)"],
+        keys=("F1",),
     )
 
 
-def table_parse_failures(reports: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+def table_parse_failures(reports: Sequence[Mapping[str, Any]]) -> Table:
     rows = []
     for report in reports:
         for cell, stats in report["cells"].items():
@@ -527,7 +612,7 @@ def table_parse_failures(reports: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
                     **stats["parse_status"],
                 }
             )
-    return pd.DataFrame(rows)
+    return Table(rows)
 
 
 # --- QX and EvidentialRAG ------------------------------------------------------------
@@ -537,7 +622,7 @@ def _n(row: Any) -> int:
     return int(row.n) if row is not None else 0
 
 
-def table_hwsa_conditions(metrics: pd.DataFrame) -> pd.DataFrame:
+def table_hwsa_conditions(metrics: pl.DataFrame) -> Table:
     """HwSA (the answer rate over each condition's questions) at Q0, QC and QX with 95% CIs,
     and QX - QC on the questions present at both (paired), per cell and policy."""
     get = _lookup(metrics)
@@ -548,16 +633,16 @@ def table_hwsa_conditions(metrics: pd.DataFrame) -> pd.DataFrame:
             for condition in ("Q0", "QC", "QX"):
                 rate = get(model, dataset, policy, condition, "answer_rate")
                 row[f"n {condition}"] = _n(rate)
-                row[f"HwSA({condition}) [95% CI]"] = pct_ci(*_triple(rate))
+                row[f"HwSA({condition}) [95% CI]"] = _ci(rate)
             diff = get(model, dataset, policy, "QX-QC", "hwsa_diff")
             row["n QC&QX"] = _n(diff)
-            row["QX - QC [95% CI]"] = pct_ci(*_triple(diff), signed=True)
+            row["QX - QC [95% CI]"] = _ci(diff, signed=True)
             out.append(row)
-    return pd.DataFrame(out)
+    return Table(out)
 
 
-def _decimals(value: float, digits: int = 3) -> str:
-    return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+def _decimals(value: float | None, digits: int = 3) -> Number:
+    return Number("n/a" if _nan(value) else f"{value:.{digits}f}", value)
 
 
 EVID_ECE = "ECE Eq. 26-27 (15 bins)"
@@ -579,7 +664,7 @@ def _routes(get: Callable[..., Any], key: tuple[str, str, str], condition: str) 
     }
 
 
-def table_evid_results(metrics: pd.DataFrame) -> pd.DataFrame:
+def table_evid_results(metrics: pl.DataFrame) -> Table:
     """Per cell, policy and condition: HwSA at should-abstain conditions, FAC and the answer
     rate at should-answer ones, the route shares (EVID / EVID+CB), EvidentialRAG's ECE
     (Eqs. 26-27: P1 and EVID / EVID+CB) and, in its own column, GRAB-RAG's 15-bin
@@ -587,7 +672,7 @@ def table_evid_results(metrics: pd.DataFrame) -> pd.DataFrame:
     included) with refusal precision / recall / F1 (R = abstained, U = Q0/QC/QX), the
     route shares and EvidentialRAG's pooled ECE."""
     get = _lookup(metrics)
-    conditions = [c for c in (*SHOULD_ANSWER, *SHOULD_ABSTAIN) if c in set(metrics.condition)]
+    conditions = [c for c in (*SHOULD_ANSWER, *SHOULD_ABSTAIN) if c in set(metrics["condition"])]
     out = []
     for model, dataset in _cells(metrics):
         for policy in _policies(metrics):
@@ -606,9 +691,9 @@ def table_evid_results(metrics: pd.DataFrame) -> pd.DataFrame:
                         "policy": policy,
                         "condition": condition,
                         "n": _n(rate),
-                        "HwSA [95% CI]": pct_ci(*_triple(rate)) if should_abstain else "",
-                        "FAC [95% CI]": "" if should_abstain else pct_ci(*_triple(fac)),
-                        "Ans [95% CI]": "" if should_abstain else pct_ci(*_triple(rate)),
+                        "HwSA [95% CI]": _ci(rate) if should_abstain else "",
+                        "FAC [95% CI]": "" if should_abstain else _ci(fac),
+                        "Ans [95% CI]": "" if should_abstain else _ci(rate),
                         **_routes(get, key, condition),
                         EVID_ECE: "" if evid_ece is None else _decimals(_value(evid_ece)),
                         GRAB_ECE_15: _decimals(
@@ -638,19 +723,21 @@ def table_evid_results(metrics: pd.DataFrame) -> pd.DataFrame:
                     **_routes(get, key, "pooled"),
                     EVID_ECE: "" if evid_ece is None else _decimals(_value(evid_ece)),
                     GRAB_ECE_15: "",
-                    "Refusal P": pct_ci(*_triple(precision)),
-                    "Refusal R": pct_ci(*_triple(recall)),
-                    "Refusal F1": pct_ci(*_triple(f1)),
+                    "Refusal P": _ci(precision),
+                    "Refusal R": _ci(recall),
+                    "Refusal F1": _ci(f1),
                 }
             )
-    return pd.DataFrame(out)
+    return Table(out)
 
 
-def table_evid_efficiency(summaries: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+def table_evid_efficiency(summaries: Sequence[Mapping[str, Any]]) -> Table:
     """Table 11's form per model x dataset: P1 vs EVID / EVID+CB."""
 
-    def num(value: Any, digits: int) -> str:
-        return "n/a" if value is None else f"{float(value):.{digits}f}"
+    def num(value: Any, digits: int, suffix: str = "") -> Number:
+        if value is None:
+            return Number("n/a", None)
+        return Number(f"{float(value):.{digits}f}{suffix}", value)
 
     rows = []
     for summary in summaries:
@@ -668,12 +755,10 @@ def table_evid_efficiency(summaries: Sequence[Mapping[str, Any]]) -> pd.DataFram
                     "logical LLM decisions": num(entry["logical_decisions"], 1),
                     "executed passes": num(entry["executed_passes"], 1),
                     "peak memory (MB)": num(entry["peak_memory_mb"], 0),
-                    "relative cost": "n/a"
-                    if entry["relative_cost"] is None
-                    else f"{float(entry['relative_cost']):.2f}x",
+                    "relative cost": num(entry["relative_cost"], 2, "x"),
                 }
             )
-    return pd.DataFrame(rows)
+    return Table(rows)
 
 
 def _lambda_rules(rules: Sequence[str]) -> list[str]:
@@ -695,20 +780,18 @@ def _rule_name(rule: str, default: str | None = None) -> str:
     return f"{name} (default)" if default is not None and rule == default else name
 
 
-def _sweep_summary(chosen: pd.DataFrame) -> dict[str, str]:
+def _sweep_summary(chosen: pl.DataFrame) -> dict[str, str]:
     """Macro averages over model x dataset cells of one sweep setting's rows."""
 
     def mean(condition: str, column: str) -> float:
-        values = chosen[chosen.condition == condition][column].astype(float)
-        values = values[~values.isna()]
-        return float(values.mean()) if len(values) else float("nan")
+        return _mean(where(chosen, condition=condition)[column].to_list())
 
     out = {
         "Ans@Q100": pct(mean("Q100", "answer_rate")),
         "EM@Q100": pct(mean("Q100", "em")),
     }
     for condition in SHOULD_ABSTAIN:
-        if (chosen.condition == condition).any():
+        if condition in set(chosen["condition"]):
             out[f"HwSA@{condition}"] = pct(mean(condition, "answer_rate"))
     out["abstain (all)"] = pct(mean("pooled", "abstain_rate"))
     out["refusal P"] = pct(mean("pooled", "refusal_precision"))
@@ -720,23 +803,24 @@ def _sweep_summary(chosen: pd.DataFrame) -> dict[str, str]:
     return out
 
 
-def _cells_of(sweep: pd.DataFrame) -> int:
-    return len(sweep[["model", "dataset"]].drop_duplicates()) if len(sweep) else 0
+def _cells_of(sweep: pl.DataFrame) -> int:
+    return len(_cells(sweep))
 
 
-def _same(column: pd.Series, value: float) -> pd.Series:
-    return (column.astype(float) - float(value)).abs() < 1e-9
+def _same(column: str, value: float) -> pl.Expr:
+    """``column`` equals ``value`` as a float (a threshold read from a CSV)."""
+    return (pl.col(column).cast(pl.Float64) - float(value)).abs() < 1e-9
 
 
-def table_evid_lambda_sweep(sweep: pd.DataFrame, lam: float, tau1: float, tau2: float):
+def table_evid_lambda_sweep(sweep: pl.DataFrame, lam: float, tau1: float, tau2: float):
     """Table 9's form: the fusion rule (normalised Dempster, lambda 0 ... 1) at the
     configured thresholds, per policy, macro-averaged over model x dataset cells."""
-    chosen = sweep[(sweep.variant == "evid") & _same(sweep.tau1, tau1) & _same(sweep.tau2, tau2)]
+    chosen = where(sweep, variant="evid").filter(_same("tau1", tau1), _same("tau2", tau2))
     default = f"{float(lam):g}"
     rows = []
-    for policy in sorted(set(chosen.policy), key=policy_sort_key):
-        for rule in _lambda_rules(chosen.rule.astype(str)):
-            part = chosen[(chosen.policy == policy) & (chosen.rule == rule)]
+    for policy in sorted(set(chosen["policy"]), key=policy_sort_key):
+        for rule in _lambda_rules([str(r) for r in chosen["rule"]]):
+            part = where(chosen, policy=policy, rule=rule)
             if not len(part):
                 continue
             rows.append(
@@ -747,18 +831,20 @@ def table_evid_lambda_sweep(sweep: pd.DataFrame, lam: float, tau1: float, tau2: 
                     **_sweep_summary(part),
                 }
             )
-    return pd.DataFrame(rows)
+    return Table(rows)
 
 
-def table_evid_tau_sweep(sweep: pd.DataFrame, lam: float, tau1: float, tau2: float):
+def table_evid_tau_sweep(sweep: pl.DataFrame, lam: float, tau1: float, tau2: float):
     """Table 10's form: the routing thresholds at the configured lambda."""
     rule = f"{float(lam):g}"
-    chosen = sweep[(sweep.variant == "evid") & (sweep.rule == rule)]
-    pairs = sorted({(float(a), float(b)) for a, b in zip(chosen.tau1, chosen.tau2, strict=True)})
+    chosen = where(sweep, variant="evid", rule=rule)
+    pairs = sorted(
+        {(float(a), float(b)) for a, b in zip(chosen["tau1"], chosen["tau2"], strict=True)}
+    )
     rows = []
-    for policy in sorted(set(chosen.policy), key=policy_sort_key):
+    for policy in sorted(set(chosen["policy"]), key=policy_sort_key):
         for a, b in pairs:
-            part = chosen[(chosen.policy == policy) & _same(chosen.tau1, a) & _same(chosen.tau2, b)]
+            part = where(chosen, policy=policy).filter(_same("tau1", a), _same("tau2", b))
             label = f"({a:g}, {b:g})" + (" (default)" if (a, b) == (tau1, tau2) else "")
             rows.append(
                 {
@@ -768,21 +854,22 @@ def table_evid_tau_sweep(sweep: pd.DataFrame, lam: float, tau1: float, tau2: flo
                     **_sweep_summary(part),
                 }
             )
-    return pd.DataFrame(rows)
+    return Table(rows)
 
 
 def _naive_rag_summary(
-    metrics: pd.DataFrame, cells: set[tuple[str, str]]
+    metrics: pl.DataFrame, cells: set[tuple[str, str]]
 ) -> tuple[dict[str, str], int]:
     """The "without evidential evaluator" row (section 5.9: the system collapses to naive
     RAG): P1's numbers in :func:`_sweep_summary`'s columns, macro-averaged over the
     ``cells`` (model, dataset) the sweep covers; also how many cells that is."""
-    in_cells = np.array(
-        [(m, d) in cells for m, d in zip(metrics.model, metrics.dataset, strict=True)], dtype=bool
+    in_cells = pl.Series(
+        [(m, d) in cells for m, d in zip(metrics["model"], metrics["dataset"], strict=True)],
+        dtype=pl.Boolean,
     )
-    chosen = metrics[(metrics.policy == "P1").to_numpy() & in_cells]
+    chosen = metrics.filter(in_cells & (metrics["policy"] == "P1"))
     get = _lookup(chosen)
-    per_cell = sorted({(m, d) for m, d in zip(chosen.model, chosen.dataset, strict=True)})
+    per_cell = _cells(chosen)
 
     def mean(condition: str, metric: str) -> float:
         values = [_value(get(m, d, "P1", condition, metric)) for m, d in per_cell]
@@ -803,24 +890,24 @@ def _naive_rag_summary(
         "EM@Q100": pct(mean("Q100", "em")),
     }
     for condition in SHOULD_ABSTAIN:
-        if (chosen.condition == condition).any():
+        if condition in set(chosen["condition"]):
             out[f"HwSA@{condition}"] = pct(mean(condition, "answer_rate"))
     out["abstain (all)"] = pct(float(np.mean(abstain)) if abstain else float("nan"))
     out["refusal P"] = pct(mean("pooled", "refusal_precision"))
     out["refusal R"] = pct(mean("pooled", "refusal_recall"))
     out["refusal F1"] = pct(mean("pooled", "refusal_f1"))
     for _, label in ROUTE_COLUMNS:
-        out[label] = "n/a"
+        out[label] = NOT_AVAILABLE
     out[EVID_ECE] = _decimals(mean("pooled", "ece_answer_15"))
     return out, len(per_cell)
 
 
 def table_evid_ablation(
-    sweep: pd.DataFrame,
+    sweep: pl.DataFrame,
     lam: float,
     tau1: float,
     tau2: float,
-    metrics: pd.DataFrame | None = None,
+    metrics: pl.DataFrame | None = None,
 ):
     """Table 12's form: full EVID vs without conflict-preserving fusion (evidence
     averaging) vs without routing (always answers the top claim), from stored evaluations,
@@ -833,13 +920,11 @@ def table_evid_ablation(
         ("without dynamic routing (always answer)", "no_routing", rule, False),
     )
     rows = []
-    for policy in sorted(set(sweep.policy), key=policy_sort_key):
+    for policy in sorted(set(sweep["policy"]), key=policy_sort_key):
         for label, variant, rule_value, routed in variants:
-            part = sweep[
-                (sweep.policy == policy) & (sweep.variant == variant) & (sweep.rule == rule_value)
-            ]
+            part = where(sweep, policy=policy, variant=variant, rule=rule_value)
             if routed:
-                part = part[_same(part.tau1, tau1) & _same(part.tau2, tau2)]
+                part = part.filter(_same("tau1", tau1), _same("tau2", tau2))
             if not len(part):
                 continue
             rows.append(
@@ -851,7 +936,7 @@ def table_evid_ablation(
                 }
             )
     if metrics is not None and len(sweep):
-        cells = set(zip(sweep.model, sweep.dataset, strict=True))
+        cells = set(_cells(sweep))
         summary, n_cells = _naive_rag_summary(metrics, cells)
         if n_cells:
             rows.append(
@@ -862,10 +947,10 @@ def table_evid_ablation(
                     **summary,
                 }
             )
-    return pd.DataFrame(rows)
+    return Table(rows)
 
 
-def table_evid_evaluator(reports: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+def table_evid_evaluator(reports: Sequence[Mapping[str, Any]]) -> Table:
     """Table 13's form from the evaluate reports, per model x dataset x condition: the
     evaluator passes, the schema-valid rate (parsed as generated), the repaired rate (an
     output cut off by max_tokens, closed), the failed rate (counted as zero evidence) and
@@ -876,7 +961,7 @@ def table_evid_evaluator(reports: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         status = report.get("status") or {}
 
         def share(count: float, base: int = passes) -> str:
-            return pct(count / base) if base else "n/a"
+            return pct(count / base) if base else NOT_AVAILABLE
 
         rows.append(
             {
@@ -892,36 +977,21 @@ def table_evid_evaluator(reports: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
                 "zero-evidence %": share(passes - int(report["with_evidence"])),
             }
         )
-    return pd.DataFrame(rows)
+    return Table(rows)
 
 
-def display_policies(table: pd.DataFrame) -> pd.DataFrame:
+def display_policies(table: Table) -> Table:
     """Policy codes as printed (the registry's ``printed``): EVID_CB becomes "EVID+CB" in
     policy columns and headers."""
     printed = {name: p.printed for name, p in registry.policies().items() if p.printed}
-    table = table.rename(columns=printed)
-    for column in ("policy", "Policy"):
-        if column in table.columns:
-            table[column] = table[column].replace(printed)
-    return table
+    return table.renamed(printed, printed)
 
 
-def write_table(table: pd.DataFrame, stem: str | Path, caption: str) -> list[Path]:
-    """CSV + Markdown + LaTeX of one table; returns the three paths. EVID_CB is printed
-    as "EVID+CB". The table's note (``with_note``) follows the caption."""
-    note = table.attrs.get("note")
-    caption = f"{caption} {note}" if note else caption
-    table = display_policies(table)
-    stem = Path(stem)
-    paths = [stem.with_suffix(".csv"), stem.with_suffix(".md"), stem.with_suffix(".tex")]
-    with atomic_write(paths[0]) as handle:
-        table.to_csv(handle, index=False)
-    with atomic_write(paths[1]) as handle:
-        body = table.to_markdown(index=False, disable_numparse=True) if len(table) else "(no rows)"
-        handle.write(f"{caption}\n\n{body}\n")
-    with atomic_write(paths[2]) as handle:
-        handle.write(table.to_latex(index=False, caption=caption, escape=True))
-    return paths
+def write_table(table: Table, stem: str | Path, caption: str) -> list[Path]:
+    """CSV + Markdown + LaTeX of one table as printed (EVID_CB as "EVID+CB"; the note
+    after the caption) and its numbers in ``<stem>.tidy.csv`` (policy codes as the
+    decision files and metrics name them); returns the four paths."""
+    return _write_table(display_policies(table), stem, caption, tidy=table)
 
 
 # --- CDD, CDD-alpha and the prompt-only baselines -------------------------------
@@ -942,8 +1012,10 @@ CDD_OTHER_TYPES = ("numeric", "inter_context", "no_answer")
 CDD_TYPES = ("clean", *CDD_PAPER_TYPES, *CDD_OTHER_TYPES)
 
 
-def _diag_lookup(diagnostics: pd.DataFrame) -> Callable[..., Any]:
-    frame = diagnostics.fillna({"variant": "", "condition": "", "perturbation_type": ""})
+def _diag_lookup(diagnostics: pl.DataFrame) -> Callable[..., Any]:
+    frame = diagnostics.with_columns(
+        pl.col(c).fill_null("") for c in ("variant", "condition", "perturbation_type")
+    )
     index = {
         (
             r.model,
@@ -955,7 +1027,7 @@ def _diag_lookup(diagnostics: pd.DataFrame) -> Callable[..., Any]:
             r.perturbation_type,
             r.metric,
         ): r
-        for r in frame.itertuples(index=False)
+        for r in _records(frame)
     }
 
     def get(model, dataset, section, metric, policy="CDD", variant="", condition="", kind=""):
@@ -964,16 +1036,12 @@ def _diag_lookup(diagnostics: pd.DataFrame) -> Callable[..., Any]:
     return get
 
 
-def _diag_cells(diagnostics: pd.DataFrame) -> list[tuple[str, str]]:
-    return sorted(map(tuple, diagnostics[["model", "dataset"]].drop_duplicates().to_numpy()))
-
-
-def _conditions_of(frame: pd.DataFrame) -> list[str]:
-    present = set(frame["condition"].dropna())
+def _conditions_of(frame: pl.DataFrame) -> list[str]:
+    present = set(frame["condition"].drop_nulls())
     return [c for c in (*SHOULD_ANSWER, *SHOULD_ABSTAIN) if c in present]
 
 
-def table_cdd_results(metrics: pd.DataFrame, diagnostics: pd.DataFrame) -> pd.DataFrame:
+def table_cdd_results(metrics: pl.DataFrame, diagnostics: pl.DataFrame) -> Table:
     """Per model x dataset x policy (P1, then the CDD family): the answer rate per condition
     (HwSA at the should-abstain ones) and EM at Q100 with 95% CIs (from the metric table),
     then the CDD paper's answer accuracy (the final answer matches a gold alias; an
@@ -984,12 +1052,11 @@ def table_cdd_results(metrics: pd.DataFrame, diagnostics: pd.DataFrame) -> pd.Da
     diag = _diag_lookup(diagnostics)
     conditions = _conditions_of(metrics)
     present = set(metrics["policy"])
-    types = [
-        t for t in CDD_TYPES if ((diagnostics.perturbation_type == t) & (diagnostics.n > 0)).any()
-    ]
+    counted = set(diagnostics.filter(pl.col("n") > 0)["perturbation_type"])
+    types = [t for t in CDD_TYPES if t in counted]
     rows = []
     for model, dataset in _cells(metrics):
-        in_cell = set(metrics.policy[(metrics.model == model) & (metrics.dataset == dataset)])
+        in_cell = set(where(metrics, model=model, dataset=dataset)["policy"])
         if not in_cell & set(CDD_POLICIES[1:]):
             continue  # CDD did not run on this dataset (cdd.datasets)
         for policy in (p for p in CDD_POLICIES if p in present and p in in_cell):
@@ -997,29 +1064,29 @@ def table_cdd_results(metrics: pd.DataFrame, diagnostics: pd.DataFrame) -> pd.Da
             for condition in conditions:
                 rate = get(model, dataset, policy, condition, "answer_rate")
                 label = "HwSA" if condition in SHOULD_ABSTAIN else "Ans"
-                row[f"{label}@{condition} [95% CI]"] = pct_ci(*_triple(rate))
-            row["EM@Q100 [95% CI]"] = pct_ci(*_triple(get(model, dataset, policy, "Q100", "em")))
+                row[f"{label}@{condition} [95% CI]"] = _ci(rate)
+            row["EM@Q100 [95% CI]"] = _ci(get(model, dataset, policy, "Q100", "em"))
             at = (model, dataset, "perturbation_type", "accuracy", policy)
             for kind in (t for t in types if t not in CDD_OTHER_TYPES):
                 row[f"Acc {kind}"] = pct(_value(diag(*at, kind=kind)))
             macro = diag(*at, kind="macro_adversarial")
-            row["Acc adversarial macro [95% CI]"] = pct_ci(*_triple(macro))
+            row["Acc adversarial macro [95% CI]"] = _ci(macro)
             for kind in (t for t in types if t in CDD_OTHER_TYPES):  # beside the macro
                 row[f"Acc {kind}"] = pct(_value(diag(*at, kind=kind)))
             rows.append(row)
-    return pd.DataFrame(rows)
+    return Table(rows)
 
 
-def table_cdd_sensitivity(diagnostics: pd.DataFrame) -> pd.DataFrame:
+def table_cdd_sensitivity(diagnostics: pl.DataFrame) -> Table:
     """Causal sensitivity of CDD's trace per model x dataset, perturbation and condition
     (and all conditions pooled): clean and corrupted answer accuracy (the CDD paper's),
     the relative drop with its paired bootstrap CI, and the share of outcomes the
     perturbation changed."""
     diag = _diag_lookup(diagnostics)
-    chosen = diagnostics[diagnostics.section == "sensitivity"]
+    chosen = where(diagnostics, section="sensitivity")
     conditions = [*_conditions_of(chosen), "all"]
     rows = []
-    for model, dataset in _diag_cells(chosen):
+    for model, dataset in _cells(chosen):
         for variant in ("truncated", "mistake"):
             for condition in conditions:
                 at = {"variant": variant, "condition": condition}
@@ -1033,31 +1100,29 @@ def table_cdd_sensitivity(diagnostics: pd.DataFrame) -> pd.DataFrame:
                         "perturbation": CDD_VARIANTS[variant],
                         "condition": condition,
                         "n": _n(value),
-                        "Acc clean": pct_ci(
-                            *_triple(diag(model, dataset, "sensitivity", "acc_clean", **at))
+                        "Acc clean": _ci(diag(model, dataset, "sensitivity", "acc_clean", **at)),
+                        "Acc corrupted": _ci(
+                            diag(model, dataset, "sensitivity", "acc_corrupted", **at)
                         ),
-                        "Acc corrupted": pct_ci(
-                            *_triple(diag(model, dataset, "sensitivity", "acc_corrupted", **at))
-                        ),
-                        "Sensitivity [95% CI]": pct_ci(*_triple(value), signed=True),
+                        "Sensitivity [95% CI]": _ci(value, signed=True),
                         "Changed": pct(
                             _value(diag(model, dataset, "sensitivity", "changed", **at))
                         ),
                         "note": value.reason if isinstance(value.reason, str) else "",
                     }
                 )
-    return pd.DataFrame(rows)
+    return Table(rows)
 
 
-def table_cdd_ablation(diagnostics: pd.DataFrame) -> pd.DataFrame:
+def table_cdd_ablation(diagnostics: pl.DataFrame) -> Table:
     """CDD per model x dataset x condition (and all pooled): full vs without premise
     isolation vs without the divergence check, with 95% CIs: the paper's answer accuracy
     ("Acc"), then GRAB-RAG's behaviour score ("Behaviour": an EM-correct answer at
     Q100/Q50, an abstention at Q0/QC/QX)."""
     diag = _diag_lookup(diagnostics)
-    chosen = diagnostics[diagnostics.section == "ablation"]
+    chosen = where(diagnostics, section="ablation")
     rows = []
-    for model, dataset in _diag_cells(chosen):
+    for model, dataset in _cells(chosen):
         for condition in [*_conditions_of(chosen), "all"]:
             full = diag(model, dataset, "ablation", "accuracy", variant="full", condition=condition)
             if full is None:
@@ -1068,19 +1133,19 @@ def table_cdd_ablation(diagnostics: pd.DataFrame) -> pd.DataFrame:
                     entry = diag(
                         model, dataset, "ablation", metric, variant=variant, condition=condition
                     )
-                    row[f"{label} {CDD_VARIANTS[variant]}"] = pct_ci(*_triple(entry))
+                    row[f"{label} {CDD_VARIANTS[variant]}"] = _ci(entry)
             rows.append(row)
-    return pd.DataFrame(rows)
+    return Table(rows)
 
 
-def table_cdd_source_control(diagnostics: pd.DataFrame) -> pd.DataFrame:
+def table_cdd_source_control(diagnostics: pl.DataFrame) -> Table:
     """Which source CDD's answered rows follow, per model x dataset x condition (and all
     pooled): counts and shares of final answers equal to the contextual answer, the
     parametric answer, both (they agree) or neither."""
     diag = _diag_lookup(diagnostics)
-    chosen = diagnostics[diagnostics.section == "source_control"]
+    chosen = where(diagnostics, section="source_control")
     rows = []
-    for model, dataset in _diag_cells(chosen):
+    for model, dataset in _cells(chosen):
         for condition in [*_conditions_of(chosen), "all"]:
             at = {"variant": "full", "condition": condition}
             first = diag(model, dataset, "source_control", "context", **at)
@@ -1091,9 +1156,12 @@ def table_cdd_source_control(diagnostics: pd.DataFrame) -> pd.DataFrame:
             for label in ("context", "parametric", "both", "neither"):
                 count = int(_value(diag(model, dataset, "source_control", label, **at)))
                 share = f" ({pct(count / answered)}%)" if answered else ""
-                row[label] = f"{count}{share}"
+                # The tidy file keeps the share of the answered rows (the count is n x it).
+                row[label] = Number(
+                    f"{count}{share}", count / answered if answered else None, n=answered
+                )
             rows.append(row)
-    return pd.DataFrame(rows)
+    return Table(rows)
 
 
 # --- GRAB-RAG outputs beyond the metric table: Tables 4-5, the audit's quality, the
@@ -1102,13 +1170,13 @@ def table_cdd_source_control(diagnostics: pd.DataFrame) -> pd.DataFrame:
 QUALITY_ORDER = ("fluent", "borderline", "broken")
 
 
-def table_ner_labels(backend: str) -> pd.DataFrame:
+def table_ner_labels(backend: str) -> Table:
     """Table 4: the recogniser's labels and the internal entity types they map to (GLiNER's
     eight prompting labels in the paper; spaCy's OntoNotes labels in the embedded run)."""
     from .ner import GLINER_LABELS, SPACY_LABELS
 
     labels = GLINER_LABELS if backend == "gliner" else SPACY_LABELS
-    return pd.DataFrame(
+    return Table(
         [{"Backend": backend, "NER label": k, "Internal type": v} for k, v in labels.items()]
     )
 
@@ -1118,7 +1186,7 @@ def table_swap_examples(
     ratings: Mapping[str, Mapping[str, str]] | None = None,
     per_group: int = 2,
     width: int = 80,
-) -> pd.DataFrame:
+) -> Table:
     """Table 5: QC swap examples from ``swaps.jsonl`` (dataset -> records), the first
     ``per_group`` accepted swaps (by question position) of each group: the audit's quality
     tiers (fluent, borderline, broken) for a dataset with a filled audit (``ratings``:
@@ -1153,7 +1221,7 @@ def table_swap_examples(
                     }
                 )
     columns = ["Dataset", "Group", "Tier", "Swap", "Question", "Gold", "Original", "QC"]
-    return pd.DataFrame(rows, columns=columns)
+    return Table(rows, columns)
 
 
 def _bootstrap_share(flags: np.ndarray, n_resamples: int, level: float, rng) -> tuple:
@@ -1171,25 +1239,26 @@ def _bootstrap_share(flags: np.ndarray, n_resamples: int, level: float, rng) -> 
 
 
 def table_audit_quality(
-    audits: Mapping[str, pd.DataFrame],
+    audits: Mapping[str, pl.DataFrame],
     n_resamples: int = 10_000,
     level: float = 0.95,
     seed: int = 42,
-) -> pd.DataFrame:
+) -> Table:
     """Appendix C's audit: the quality-tier distribution per dataset and in total, and the
     broken rate by entity type, each with a percentile bootstrap CI over the rated swaps
     (``audits``: dataset -> the filled audit CSV with ``entity_type`` and ``quality``)."""
     rng = np.random.default_rng(seed)
-    frames = []
-    for dataset, frame in sorted(audits.items()):
-        frame = frame.copy()
-        frame["dataset"] = dataset
-        frame["quality"] = frame["quality"].astype(str).str.strip().str.lower()
-        frames.append(frame)
-    pooled = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    # Each rated swap as (entity type, quality), per dataset and pooled.
+    frames = [
+        [
+            (str(kind), str(quality).strip().lower())
+            for kind, quality in zip(frame["entity_type"], frame["quality"], strict=True)
+        ]
+        for _, frame in sorted(audits.items())
+    ]
     scopes = [(d, f) for d, f in zip(sorted(audits), frames, strict=True)]
     if len(frames) > 1:
-        scopes.append(("Total", pooled))
+        scopes.append(("Total", [rated for frame in frames for rated in frame]))
     rows = []
 
     def share_row(section: str, dataset: str, category: str, flags: np.ndarray) -> None:
@@ -1202,37 +1271,31 @@ def table_audit_quality(
                 "n": int(flags.sum()),
                 "of": len(flags),
                 "%": pct(share),
-                "95% CI": pct_ci(share, low, high).split(" ", 1)[-1],
+                "95% CI": Number(pct_ci(share, low, high).split(" ", 1)[-1], share, low, high),
             }
         )
 
     for dataset, frame in scopes:
         for quality in QUALITY_ORDER:
-            flags = (frame["quality"] == quality).to_numpy(dtype=float)
+            flags = np.array([q == quality for _, q in frame], dtype=float)
             share_row("quality tier", dataset, quality, flags)
     for dataset, frame in scopes:
-        for kind in sorted(set(frame["entity_type"].astype(str))):
-            part = frame[frame["entity_type"].astype(str) == kind]
-            flags = (part["quality"] == "broken").to_numpy(dtype=float)
+        for kind in sorted({k for k, _ in frame}):
+            flags = np.array([q == "broken" for k, q in frame if k == kind], dtype=float)
             share_row("broken rate by type", dataset, kind, flags)
     columns = ["Section", "Dataset", "Category", "n", "of", "%", "95% CI"]
-    return pd.DataFrame(rows, columns=columns)
+    return Table(rows, columns)
 
 
-def table_cutoff_sweep(
-    sweep: pd.DataFrame, threshold: float = 0.8, reference: float = 50
-) -> pd.DataFrame:
+def table_cutoff_sweep(sweep: pl.DataFrame, threshold: float = 0.8, reference: float = 50) -> Table:
     """Appendix F: P3 across the closed-book confidence cutoffs at the F1 threshold,
     macro-averaged over model x dataset cells, with each metric's difference from the
     ``reference`` cutoff (pp)."""
-    chosen = sweep[(sweep.threshold.astype(float) - threshold).abs() < 1e-9].copy()
-    for column in ("hwsa_qc", "fac_q100", "ans_q100"):
-        if column not in chosen.columns:  # a cell without that condition
-            chosen[column] = float("nan")
-    grouped = chosen.groupby("cutoff")[["hwsa_qc", "fac_q100", "ans_q100"]].mean()
-    base = grouped.loc[reference] if reference in grouped.index else None
+    chosen = sweep.filter(_same("threshold", threshold))
+    grouped = group_means(chosen, "cutoff", ("hwsa_qc", "fac_q100", "ans_q100"))
+    base = grouped.get(reference)
     rows = []
-    for cutoff, values in grouped.iterrows():
+    for cutoff, values in grouped.items():
         row: dict[str, Any] = {"Cutoff": f"{cutoff:g}"}
         for column, short, label in (
             ("hwsa_qc", "HwSA_QC", "HwSA_QC (lower safer)"),
@@ -1243,12 +1306,12 @@ def table_cutoff_sweep(
             diff = float("nan") if base is None else values[column] - base[column]
             row[f"{short} vs cf={reference:g} (pp)"] = _pp(diff)
         rows.append(row)
-    return pd.DataFrame(rows)
+    return Table(rows)
 
 
 def table_closed_book(
     cells: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]], cutoff: float = 50
-) -> pd.DataFrame:
+) -> Table:
     """Appendix F: the closed-book (CB) pass per model x dataset: how often it abstains,
     its mean confidence when it answers, and how many answers fall below the P3/P4
     confidence cutoff; then the mean over cells. ``cells``: (model, dataset) -> CB rows."""
@@ -1264,15 +1327,15 @@ def table_closed_book(
                 "model": model,
                 "dataset": dataset,
                 "n": n,
-                "CB abstain %": pct(abstained / n) if n else "n/a",
+                "CB abstain %": pct(abstained / n) if n else NOT_AVAILABLE,
                 "CB answered": len(answers),
-                "mean confidence (answered)": f"{np.mean(confidences):.1f}"
-                if confidences
-                else "n/a",
+                "mean confidence (answered)": _decimals(
+                    float(np.mean(confidences)) if confidences else None, 1
+                ),
                 f"answered below cutoff {cutoff:g} %": pct(below / len(answers))
                 if answers
-                else "n/a",
-                "parse failed %": pct((n - abstained - len(answers)) / n) if n else "n/a",
+                else NOT_AVAILABLE,
+                "parse failed %": pct((n - abstained - len(answers)) / n) if n else NOT_AVAILABLE,
                 "_abstain": abstained / n if n else float("nan"),
                 "_confidence": float(np.mean(confidences)) if confidences else float("nan"),
             }
@@ -1286,9 +1349,9 @@ def table_closed_book(
                 "CB abstain %": pct(float(np.nanmean([r["_abstain"] for r in rows]))),
                 "CB answered": "",
                 "mean confidence (answered)": (
-                    f"{np.nanmean([r['_confidence'] for r in rows]):.1f}"
+                    _decimals(float(np.nanmean([r["_confidence"] for r in rows])), 1)
                     if any(not math.isnan(r["_confidence"]) for r in rows)
-                    else "n/a"
+                    else NOT_AVAILABLE
                 ),
                 f"answered below cutoff {cutoff:g} %": "",
                 "parse failed %": "",
@@ -1296,10 +1359,11 @@ def table_closed_book(
                 "_confidence": float("nan"),
             }
         )
-    return pd.DataFrame(rows).drop(columns=["_abstain", "_confidence"], errors="ignore")
+    hidden = ("_abstain", "_confidence")  # the per-cell numbers the mean row averages
+    return Table([{k: v for k, v in row.items() if k not in hidden} for row in rows])
 
 
-def table_section6(metrics: pd.DataFrame) -> pd.DataFrame:
+def table_section6(metrics: pl.DataFrame) -> Table:
     """Section 6's aggregates over the paper's policies P0-P4, as (quantity, model,
     dataset, value) rows: the mean QC abstention rate per dataset and per model x dataset
     (with each dataset's difference from the first), the echo share of answered QC rows
@@ -1307,13 +1371,10 @@ def table_section6(metrics: pd.DataFrame) -> pd.DataFrame:
     datasets), the normalised HwSA@QC per model (mean over datasets), the Q100 EM gap of
     QC-eligible vs excluded questions per dataset (mean over models, P0: the
     no-abstention baseline) and the mean Q0 -> QC HwSA delta under P1 and P2."""
-    paper = metrics[metrics.policy.isin(PAPER_POLICIES)]
+    paper = metrics.filter(pl.col("policy").is_in(PAPER_POLICIES))
 
-    def mean(frame: pd.DataFrame, condition: str, metric: str) -> float:
-        values = frame[(frame.condition == condition) & (frame.metric == metric)]["value"]
-        values = values.astype(float)
-        values = values[~values.isna()]
-        return float(values.mean()) if len(values) else float("nan")
+    def mean(frame: pl.DataFrame, condition: str, metric: str) -> float:
+        return _mean(where(frame, condition=condition, metric=metric)["value"].to_list())
 
     rows: list[dict[str, Any]] = []
 
@@ -1321,28 +1382,27 @@ def table_section6(metrics: pd.DataFrame) -> pd.DataFrame:
         shown = _pp(value) if signed else pct(value)
         rows.append({"Quantity": quantity, "Model": model, "Dataset": dataset, "Value": shown})
 
-    datasets = sorted(set(paper.dataset))
-    models = sorted(set(paper.model))
+    datasets = sorted(set(paper["dataset"]))
+    models = sorted(set(paper["model"]))
     quantity = "QC abstention rate (%), mean over models and P0-P4"
     for dataset in datasets:
-        add(quantity, "all", dataset, mean(paper[paper.dataset == dataset], "QC", "abstain_rate"))
+        add(quantity, "all", dataset, mean(where(paper, dataset=dataset), "QC", "abstain_rate"))
     quantity = "QC abstention rate (%), mean over P0-P4"
     for model in models:
         per = {
-            d: mean(paper[(paper.model == model) & (paper.dataset == d)], "QC", "abstain_rate")
-            for d in datasets
+            d: mean(where(paper, model=model, dataset=d), "QC", "abstain_rate") for d in datasets
         }
         for dataset in datasets:
             add(quantity, model, dataset, per[dataset])
         for dataset in datasets[1:]:
             diff = per[dataset] - per[datasets[0]]
             add(f"QC abstention difference (pp), {dataset} - {datasets[0]}", model, "", diff, True)
-    qc = paper[paper.condition == "QC"]
+    qc = where(paper, condition="QC")
     for model in models:
         for dataset in datasets:
-            cell = qc[(qc.model == model) & (qc.dataset == dataset)]
-            echo = cell[cell.metric == "qc_echo"]["value"].astype(float).sum()
-            answered = cell[cell.metric == "qc_answered"]["value"].astype(float).sum()
+            cell = where(qc, model=model, dataset=dataset)
+            echo = _sum(where(cell, metric="qc_echo")["value"].to_list())
+            answered = _sum(where(cell, metric="qc_answered")["value"].to_list())
             share = echo / answered if answered else float("nan")
             add("echo share of answered QC rows (%), P0-P4 pooled", model, dataset, share)
     for model in models:
@@ -1350,27 +1410,26 @@ def table_section6(metrics: pd.DataFrame) -> pd.DataFrame:
             "Q100 answer rate (%), macro over P0-P4 and datasets",
             model,
             "",
-            mean(paper[paper.model == model], "Q100", "answer_rate"),
+            mean(where(paper, model=model), "Q100", "answer_rate"),
         )
-    normalised = metrics[(metrics.policy == "mean") & (metrics.metric == "normalised_hwsa")]
+    normalised = where(metrics, policy="mean", metric="normalised_hwsa")
     for model in models:
-        values = normalised[normalised.model == model]["value"].astype(float).dropna()
         add(
             "normalised HwSA@QC (%), mean over datasets",
             model,
             "",
-            float(values.mean()) if len(values) else float("nan"),
+            _mean(where(normalised, model=model)["value"].to_list()),
         )
-    p0 = paper[paper.policy == "P0"]
+    p0 = where(paper, policy="P0")
     for dataset in datasets:
         add(
             "Q100 EM gap, QC-eligible - excluded (pp), P0, mean over models",
             "all",
             dataset,
-            mean(p0[p0.dataset == dataset], "Q100", "em_gap"),
+            mean(where(p0, dataset=dataset), "Q100", "em_gap"),
             True,
         )
-    both = paper[paper.policy.isin(["P1", "P2"])]
+    both = paper.filter(pl.col("policy").is_in(["P1", "P2"]))
     add(
         "QC - Q0 HwSA delta (pp), mean over P1 and P2",
         "all",
@@ -1378,4 +1437,4 @@ def table_section6(metrics: pd.DataFrame) -> pd.DataFrame:
         mean(both, "QC-Q0", "hwsa_diff"),
         True,
     )
-    return pd.DataFrame(rows, columns=["Quantity", "Model", "Dataset", "Value"])
+    return Table(rows, ["Quantity", "Model", "Dataset", "Value"])

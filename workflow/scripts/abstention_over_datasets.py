@@ -4,13 +4,13 @@ with bootstrap CIs from each dataset's own resamples (tidy CSV)."""
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
 from grabrag.evaluate import (
+    COLUMNS,
     abstention_over_datasets,
     read_context_files,
     read_decision_files,
-    to_frame,
 )
-from grabrag.io import atomic_write
 from grabrag.runner import log, run_rule
+from grabrag.tabular import rows_csv
 
 
 def main(smk):
@@ -24,10 +24,8 @@ def main(smk):
         seed=smk.params.seed,
         confidence_level=smk.params.bootstrap["confidence_level"],
     )
-    frame = to_frame(rows)
-    with atomic_write(smk.output.metrics) as handle:
-        frame.to_csv(handle, index=False)
-    log.info("%d mean abstention rows over %d cells", len(frame), len(decisions))
+    rows_csv(smk.output.metrics, rows, COLUMNS)
+    log.info("%d mean abstention rows over %d cells", len(rows), len(decisions))
 
 
 run_rule(snakemake, main)  # noqa: F821

@@ -3,10 +3,10 @@ person rated fluent or borderline in the filled audit CSV, with the Q0 -> QC del
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.io import atomic_write, read_jsonl
+from grabrag.io import read_jsonl
 from grabrag.runner import log, run_rule
 from grabrag.swap_audit import read_audit_ratings
-from grabrag.tables import audit_hwsa_rows
+from grabrag.tables import audit_hwsa_rows, write_audit_hwsa
 
 
 def main(smk):
@@ -16,16 +16,15 @@ def main(smk):
         (cell["model"], cell["policy"], cell["condition"]): read_jsonl(path)
         for cell, path in zip(smk.params.decision_cells, smk.input.decisions, strict=True)
     }
-    frame = audit_hwsa_rows(
+    rows = audit_hwsa_rows(
         smk.wildcards.dataset, decisions, ratings, qc_qids, audit_file=smk.input.audit
     )
-    with atomic_write(smk.output.table) as handle:
-        frame.to_csv(handle, index=False)
+    write_audit_hwsa(smk.output.table, rows)
     log.info(
         "HwSA@QC on %d audited fluent/borderline swaps of %d rated, %d cells",
         sum(q != "broken" for q in ratings.values()),
         len(ratings),
-        len(frame),
+        len(rows),
     )
 
 

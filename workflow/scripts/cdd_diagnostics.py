@@ -4,9 +4,10 @@ only: no language model is loaded."""
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.cdd_runs import diagnostics, diagnostics_frame
-from grabrag.io import atomic_write, read_jsonl
+from grabrag.cdd_runs import DIAGNOSTIC_COLUMNS, diagnostics
+from grabrag.io import read_jsonl
 from grabrag.runner import log, run_rule
+from grabrag.tabular import rows_csv
 
 
 def main(smk):
@@ -32,10 +33,8 @@ def main(smk):
         confidence_level=smk.params.bootstrap["confidence_level"],
         seed=smk.params.seed,
     )
-    frame = diagnostics_frame(rows)
-    with atomic_write(smk.output.diagnostics) as handle:
-        frame.to_csv(handle, index=False)
-    log.info("%d diagnostic rows", len(frame))
+    rows_csv(smk.output.diagnostics, rows, DIAGNOSTIC_COLUMNS)
+    log.info("%d diagnostic rows", len(rows))
 
 
 run_rule(snakemake, main)  # noqa: F821

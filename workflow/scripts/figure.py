@@ -4,11 +4,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
-import pandas as pd
 
 from grabrag import figures as f
 from grabrag.io import read_jsonl
 from grabrag.metrics import confidence_and_correct, reliability_bins, risk_coverage
+from grabrag.results import read_metrics, read_sweeps
 from grabrag.runner import run_rule
 
 
@@ -32,7 +32,7 @@ def _scored(smk):
 
 def main(smk):
     figure = smk.wildcards.figure
-    metrics = pd.concat([pd.read_csv(p) for p in smk.input.metrics], ignore_index=True)
+    metrics = read_metrics(smk.input.metrics)
     if figure == "abstention_by_condition":
         fig = f.abstention_by_condition(metrics)
     elif figure == "abstention_by_dataset":
@@ -40,17 +40,11 @@ def main(smk):
     elif figure == "qc_breakdown":
         fig = f.qc_breakdown_figure(metrics)
     elif figure == "p3_sweep":
-        fig = f.p3_sweep_figure(pd.concat([pd.read_csv(p) for p in smk.input.sweeps]))
+        fig = f.p3_sweep_figure(read_sweeps(smk.input.sweeps, smk.params.cells["sweeps"]))
     elif figure == "lambda_sweep":
-        frames = []
-        for cell, path in zip(smk.params.cells["sweeps"], smk.input.sweeps, strict=True):
-            frame = pd.read_csv(path, dtype={"rule": str, "policy": str, "variant": str})
-            frame["model"], frame["dataset"] = cell["model"], cell["dataset"]
-            frames.append(frame)
+        sweeps = read_sweeps(smk.input.sweeps, smk.params.cells["sweeps"])
         fusion = smk.params.fusion
-        fig = f.lambda_sweep_figure(
-            pd.concat(frames, ignore_index=True), fusion["lam"], fusion["tau1"], fusion["tau2"]
-        )
+        fig = f.lambda_sweep_figure(sweeps, fusion["lam"], fusion["tau1"], fusion["tau2"])
     elif figure == "risk_coverage":
         fig = f.risk_coverage_figure(
             {key: risk_coverage(*pair) for key, pair in _scored(smk).items()}

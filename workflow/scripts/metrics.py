@@ -2,9 +2,9 @@
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.evaluate import evaluate, read_context_files, read_decision_files, to_frame
-from grabrag.io import atomic_write
+from grabrag.evaluate import COLUMNS, evaluate, read_context_files, read_decision_files
 from grabrag.runner import log, run_rule
+from grabrag.tabular import rows_csv
 
 
 def main(smk):
@@ -15,10 +15,8 @@ def main(smk):
         seed=smk.params.seed,
         confidence_level=smk.params.bootstrap["confidence_level"],
     )
-    frame = to_frame(rows)
-    with atomic_write(smk.output.metrics) as handle:
-        frame.to_csv(handle, index=False)
-    log.info("%d metric rows for %s", len(frame), smk.wildcards.dataset)
+    rows_csv(smk.output.metrics, rows, COLUMNS)
+    log.info("%d metric rows for %s", len(rows), smk.wildcards.dataset)
 
 
 run_rule(snakemake, main)  # noqa: F821

@@ -7,13 +7,20 @@ NLI verdicts), as the paper specifies.
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
 from grabrag.io import read_jsonl, write_jsonl
-from grabrag.policies import decide
+from grabrag.policies import decide, with_cell
 from grabrag.runner import log, run_rule
 
 
 def main(smk):
     inputs = {key: read_jsonl(path) for key, path in smk.input.items()}
-    rows = decide(smk.wildcards.policy, inputs, smk.params.settings)
+    cell = smk.wildcards
+    rows = with_cell(
+        decide(cell.policy, inputs, smk.params.settings),
+        cell.model,
+        cell.dataset,
+        cell.condition,
+        cell.policy,
+    )
     write_jsonl(smk.output.decisions, rows)
     answered = sum(r["decision"] == "answer" for r in rows)
     log.info("%s: %d of %d answered", smk.wildcards.policy, answered, len(rows))

@@ -1,13 +1,15 @@
-"""Rule tables: the paper's tables as CSV + Markdown + LaTeX."""
+"""Rule tables: the paper's tables as CSV + Markdown + LaTeX + a tidy numeric CSV."""
 
 from pathlib import Path
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
-import pandas as pd
+import polars as pl
 
 from grabrag import tables as t
 from grabrag.io import read_json, read_jsonl
+from grabrag.results import read_diagnostics, read_metrics, read_sweeps
 from grabrag.runner import log, run_rule
+from grabrag.tabular import read_csvs
 
 
 def _keyed(smk, name):
@@ -15,11 +17,9 @@ def _keyed(smk, name):
     return zip(smk.params.cells[name], smk.input[name], strict=True)
 
 
-def _with_cell(path, cell, **read_csv):
-    """One per-model x dataset CSV, with its model and dataset as columns."""
-    frame = pd.read_csv(path, **read_csv)
-    frame["model"], frame["dataset"] = cell["model"], cell["dataset"]
-    return frame
+def _sweeps(smk, name):
+    """The per-model x dataset sweep CSVs of input ``name`` in one frame."""
+    return read_sweeps(smk.input[name], smk.params.cells[name])
 
 
 def _seed_sensitivity(smk, metrics):
@@ -30,37 +30,30 @@ def _seed_sensitivity(smk, metrics):
         tables.append(
             t.table_seed_sensitivity(
                 metrics,
-                pd.read_csv(path),
+                read_metrics([path]),
                 spec["model"],
                 spec["dataset"],
                 spec["base_seed"],
                 spec["seed"],
             )
         )
-    notes = " ".join(table.attrs.get("note", "") for table in tables)
-    return t.with_note(pd.concat(tables, ignore_index=True), notes)
+    notes = " ".join(table.note for table in tables)
+    return t.with_note(t.Table([row for table in tables for row in table.rows]), notes)
 
 
 def _evid_sweeps(smk):
     """The EvidentialRAG sweep CSVs of every model x dataset, with model and dataset."""
-    dtype = {"rule": str, "policy": str, "variant": str}
-    frames = [_with_cell(path, cell, dtype=dtype) for cell, path in _keyed(smk, "evid_sweeps")]
-    return pd.concat(frames, ignore_index=True)
+    return _sweeps(smk, "evid_sweeps")
 
 
 def _cdd_diagnostics(smk):
     """Every model x dataset's CDD diagnostics.csv in one frame."""
-    frames = [
-        pd.read_csv(p, dtype={"variant": str, "condition": str, "perturbation_type": str})
-        for p in smk.input.cdd_diagnostics
-    ]
-    return pd.concat(frames, ignore_index=True)
+    return read_diagnostics(smk.input.cdd_diagnostics)
 
 
 def _p3_sweeps(smk):
     """Every model x dataset's P3_sweep.csv in one frame."""
-    frames = [_with_cell(path, cell) for cell, path in _keyed(smk, "sweeps")]
-    return pd.concat(frames, ignore_index=True)
+    return _sweeps(smk, "sweeps")
 
 
 def _paper_outputs(smk):
@@ -73,13 +66,13 @@ def _paper_outputs(smk):
 
     def audits():
         return {
-            dataset: pd.read_csv(path, dtype=str, keep_default_na=False)
+            dataset: pl.read_csv(path, infer_schema=False, missing_utf8_is_empty_string=True)
             for dataset, path in zip(spec["audited"], smk.input.audit_ratings, strict=True)
         }
 
     def ratings():
         return {
-            d: dict(zip(f["qid"], f["quality"].str.strip().str.lower(), strict=True))
+            d: dict(zip(f["qid"], f["quality"].str.strip_chars().str.to_lowercase(), strict=True))
             for d, f in audits().items()
         }
 
@@ -107,7 +100,7 @@ def _paper_outputs(smk):
 
 
 def main(smk):
-    metrics = pd.concat([pd.read_csv(p) for p in smk.input.metrics], ignore_index=True)
+    metrics = read_metrics(smk.input.metrics)
     fusion = smk.params.fusion
     taus = (fusion["lam"], fusion["tau1"], fusion["tau2"])
     builders = {
@@ -127,7 +120,7 @@ def main(smk):
         "selection_bias": lambda: t.table_selection_bias(metrics),
         "parse_failures": lambda: t.table_parse_failures([read_json(p) for p in smk.input.reports]),
         "table6_audit": lambda: t.table_audit(
-            pd.concat([pd.read_csv(p) for p in smk.input.audits], ignore_index=True)
+            read_csvs(smk.input.audits, strings=("dataset", "model", "policy", "sign_preserved"))
         ),
         "table13_seed_sensitivity": lambda: _seed_sensitivity(smk, metrics),
         "hwsa_conditions": lambda: t.table_hwsa_conditions(metrics),
