@@ -16,11 +16,13 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from grabrag import registry
 from grabrag.assets import manifest_path
 from grabrag.codehash import code_hash, normalised_source
+from grabrag.conditions import SEED_COMPARED
 from grabrag.config import validate_config
 from grabrag.contexts import CONDITIONS
 from grabrag.errors import ConfigError
-from grabrag.figures import FIGURES
+from grabrag.figures import DECISIONS, EVID_SWEEPS, FIGURES, P3_SWEEPS, figure_names, figure_spec
 from grabrag.prompts import CLOSED_BOOK_PROMPT, CONTEXT_PROMPTS
+from grabrag.tables import table_names
 
 try:
     config.update(validate_config(config))
@@ -58,8 +60,6 @@ EVID_DATASETS = _method_datasets("evidential") if EVID_POLICIES else []
 CDD_DATASETS = _method_datasets("cdd") if CDD_FAMILY else []
 # Table 6: datasets whose QC audit sample a person has rated (qc.audit_filled).
 AUDITED_DATASETS = [d for d in DATASETS if d in config["qc"]["audit_filled"]]
-# The lambda-sweep figure needs the EvidentialRAG sweep files.
-FIGURE_NAMES = [f for f in FIGURES if f != "lambda_sweep" or EVID_DATASETS]
 
 # Table 13 (seed sensitivity): one model x dataset rebuilt with another construction seed.
 # The variant is a dataset of its own, "<dataset>_seed<seed>", that shares the base
@@ -70,19 +70,11 @@ SEED_VARIANTS = {}
 if config["seed_sensitivity"]:
     _sensitivity = config["seed_sensitivity"]
     SEED_VARIANTS[f"{_sensitivity['dataset']}_seed{_sensitivity['seed']}"] = _sensitivity
-SEED_VARIANT_CONDITIONS = [c for c in ("Q0", "QC") if c in GENERATION_CONDITIONS]
+SEED_VARIANT_CONDITIONS = [c for c in SEED_COMPARED if c in GENERATION_CONDITIONS]
 
 # CDD and CDD_ALPHA both read the CDD traces; the baselines among the configured policies.
 CDD_TRACES = any(registry.CDD_TRACES in registry.policy(p).inputs.values() for p in POLICIES)
 CDD_BASELINES = [p for p in POLICIES if registry.CDD_CELL in registry.policy(p).inputs.values()]
-# The CDD tables this config produces (captions: workflow/report/tables/<name>.rst).
-CDD_TABLE_NAMES = []
-if CDD_FAMILY:
-    CDD_TABLE_NAMES.append("cdd_results")
-if CDD_TRACES:
-    CDD_TABLE_NAMES.append("cdd_source_control")
-if CDD_TRACES and config["cdd"]["diagnostics"]:
-    CDD_TABLE_NAMES += ["cdd_sensitivity", "cdd_ablation"]
 
 
 def table_caption(name):
@@ -93,47 +85,19 @@ def table_caption(name):
     return " ".join(path.read_text(encoding="utf-8").split()).replace("\\@", "@")
 
 
+# What this config turns on, for the tables and figures it produces (grabrag.tables).
+FEATURES = registry.Features(
+    conditions=tuple(GENERATION_CONDITIONS),
+    evidential=bool(EVID_DATASETS),
+    cdd_family=bool(CDD_FAMILY),
+    cdd_traces=CDD_TRACES,
+    cdd_diagnostics=CDD_TRACES and bool(config["cdd"]["diagnostics"]),
+    audited=bool(AUDITED_DATASETS),
+    seed_sensitivity=bool(SEED_VARIANTS),
+)
 # The tables this config produces; each caption is workflow/report/tables/<name>.rst.
-TABLE_NAMES = [
-    "table1_hwsa",
-    "table2_policies",
-    "table3_qc_sources",
-    "table7_hwsa_ci",
-    "table8_fac_ci",
-    "table9_qc_sources",
-    "table10_aurc",
-    "table11_ece",
-    "table12_p3_sweep",
-    "normalised_hwsa",
-    "selection_bias",
-    "parse_failures",
-    # The paper's other outputs: Tables 4 and 5 (NER labels, swap examples), the
-    # confidence-cutoff sweep and the closed-book pass (Appendix F), section 6's aggregates.
-    "table4_ner_labels",
-    "table5_swap_examples",
-    "table12b_cutoff_sweep",
-    "closed_book",
-    "section6_aggregates",
-]
-if "QX" in GENERATION_CONDITIONS:
-    TABLE_NAMES.append("hwsa_conditions")
-if EVID_POLICIES:
-    TABLE_NAMES += [
-        # 15-bin ECE: EvidentialRAG's calibration measure, for comparing EVID with P0-P4.
-        "table11b_ece15",
-        "evid_results",
-        "evid_efficiency",
-        "evid_lambda_sweep",
-        "evid_tau_sweep",
-        "evid_ablation",
-        "evid_evaluator",
-    ]
-# CDD, CDD-alpha and the baselines (rules/cdd.smk).
-TABLE_NAMES += CDD_TABLE_NAMES
-if AUDITED_DATASETS:
-    TABLE_NAMES += ["table6_audit", "audit_quality"]
-if SEED_VARIANTS:
-    TABLE_NAMES.append("table13_seed_sensitivity")
+TABLE_NAMES = table_names(FEATURES)
+FIGURE_NAMES = figure_names(FEATURES)
 TABLES = {name: table_caption(name) for name in TABLE_NAMES}
 
 
@@ -154,7 +118,7 @@ wildcard_constraints:
     model=_alternatives(config["models"]),
     condition=_alternatives(GENERATION_CONDITIONS),
     policy=_alternatives(POLICIES),
-    figure=_alternatives(FIGURES),
+    figure=_alternatives([spec.name for spec in FIGURES]),
 
 
 def cells(**values):
@@ -253,7 +217,7 @@ def audit_decision_cells(wildcards):
     return cells(
         model=MODELS,
         dataset=[wildcards.dataset],
-        condition=[c for c in ("Q0", "QC") if c in GENERATION_CONDITIONS],
+        condition=SEED_VARIANT_CONDITIONS,
         policy=dataset_policies(wildcards.dataset),
     )
 
@@ -489,34 +453,36 @@ def check_rules():
             raise WorkflowError(f"{each.name} uses a GPU, so it needs a benchmark file")
 
 
-# The per model x dataset sweep each sweep figure draws.
-SWEEP_FILES = {
-    "p3_sweep": "results/policies/{model}/{dataset}/P3_sweep.csv",
-    "lambda_sweep": "results/evidential/{model}/{dataset}/sweep.csv",
-}
-
-
 def figure_cells(wildcards):
     """What each per-cell input file of a figure is about (as `cells`), by input name."""
-    if wildcards.figure == "p3_sweep":
-        return {"sweeps": cells(model=MODELS, dataset=DATASETS)}
-    if wildcards.figure == "lambda_sweep":
-        return {"sweeps": cells(model=MODELS, dataset=EVID_DATASETS)}
-    if wildcards.figure in ("risk_coverage", "reliability"):
-        return {"decisions": ALL_DECISION_CELLS, "contexts": ALL_CONTEXT_CELLS}
-    return {}
+    reads = figure_spec(wildcards.figure).reads
+    cells_by_input = {}
+    if P3_SWEEPS in reads:
+        cells_by_input[P3_SWEEPS] = cells(model=MODELS, dataset=DATASETS)
+    if EVID_SWEEPS in reads:
+        cells_by_input[EVID_SWEEPS] = cells(model=MODELS, dataset=EVID_DATASETS)
+    if DECISIONS in reads:
+        cells_by_input.update(decisions=ALL_DECISION_CELLS, contexts=ALL_CONTEXT_CELLS)
+    return cells_by_input
+
+
+def figure_fusion(wildcards):
+    """The fusion settings, for a figure that draws the EvidentialRAG sweep (only then, so
+    editing them reruns no other figure)."""
+    return fusion_settings() if EVID_SWEEPS in figure_spec(wildcards.figure).reads else {}
 
 
 def figure_inputs(wildcards):
-    """Figures read the metric tables; curves and diagrams also read the decision rows."""
-    if wildcards.figure == "abstention_by_condition":
+    """A figure's metric tables (averaged over the datasets or each dataset's) and the
+    per-cell files it reads besides (grabrag.figures.FIGURES)."""
+    if figure_spec(wildcards.figure).averaged:
         # Figure 2 averages the datasets, with CIs from the metrics' resamples.
-        return {"metrics": ["results/metrics/abstention_over_datasets.csv"]}
-    inputs = {
-        "metrics": expand("results/metrics/{dataset}.csv", dataset=DATASETS),
-    }
+        inputs = {"metrics": ["results/metrics/abstention_over_datasets.csv"]}
+    else:
+        inputs = {"metrics": expand("results/metrics/{dataset}.csv", dataset=DATASETS)}
     patterns = {
-        "sweeps": SWEEP_FILES.get(wildcards.figure),
+        P3_SWEEPS: "results/policies/{model}/{dataset}/P3_sweep.csv",
+        EVID_SWEEPS: "results/evidential/{model}/{dataset}/sweep.csv",
         "decisions": DECISION_FILE,
         "contexts": CONTEXT_FILE,
     }

@@ -153,7 +153,7 @@ rule figure:
     conda:
         GRABRAG_ENV
     params:
-        fusion=lambda wildcards: fusion_settings() if wildcards.figure == "lambda_sweep" else {},
+        fusion=figure_fusion,
         code=script_code("figure.py"),
         cells=figure_cells,
     script:

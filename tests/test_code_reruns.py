@@ -95,6 +95,14 @@ def test_editing_the_prompts_plans_generation(edit_and_plan, full_plan) -> None:
     assert not UPSTREAM_RULES & set(jobs), jobs
 
 
+def test_editing_a_metric_plans_no_data_retrieval_or_swap_stage(edit_and_plan, full_plan) -> None:
+    # The SQuAD normalisation every stage uses lives in text.py, not in metrics.py.
+    jobs = edit_and_plan({"metrics.py": code_edit})
+    assert jobs["metrics"] == full_plan["metrics"] and "tables" in jobs, jobs
+    assert not UPSTREAM_RULES & set(jobs), jobs
+    assert not {"generate_context_prompts", "generate_closed_book"} & set(jobs), jobs
+
+
 def test_editing_the_plotting_code_plans_figures_only(edit_and_plan, full_plan) -> None:
     jobs = edit_and_plan({"figures.py": code_edit})
     assert jobs == {"figure": full_plan["figure"], "all": 1}, jobs

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 import pytest
 
@@ -612,3 +614,39 @@ def test_write_table_prints_the_note_after_the_caption(tmp_path) -> None:
     assert md_path.read_text().startswith("Table 1: x. n = 5.\n")
     assert "Table 1: x. n = 5." in tex_path.read_text()
     assert csv_path.read_text() == "policy\nP1\n"
+
+
+# --- the table and figure declarations ------------------------------------------------
+
+
+def test_every_declared_table_and_figure_has_its_caption() -> None:
+    from grabrag.figures import FIGURES
+    from grabrag.tables import TABLES
+
+    report = Path(__file__).resolve().parents[1] / "workflow" / "report"
+    captions = {path.stem for path in (report / "tables").glob("*.rst")}
+    assert captions == {spec.name for spec in TABLES}  # none missing, none orphaned
+    figure_captions = (report / "figure.rst").read_text()
+    for spec in FIGURES:
+        assert f'"{spec.name}":' in figure_captions, spec.name
+
+
+def test_the_features_of_a_config_choose_its_tables_and_figures() -> None:
+    from grabrag.figures import figure_names
+    from grabrag.registry import Features
+    from grabrag.tables import TABLES, table_names
+
+    plain = Features(conditions=("Q100", "Q50", "Q0", "QC"))
+    assert "hwsa_conditions" not in table_names(plain)
+    assert not {n for n in table_names(plain) if n.startswith(("evid_", "cdd_"))}
+    assert "lambda_sweep" not in figure_names(plain)
+    everything = Features(
+        evidential=True,
+        cdd_family=True,
+        cdd_traces=True,
+        cdd_diagnostics=True,
+        audited=True,
+        seed_sensitivity=True,
+    )
+    assert table_names(everything) == [spec.name for spec in TABLES]
+    assert "lambda_sweep" in figure_names(everything)

@@ -90,6 +90,7 @@ from .bootstrap import (
     percentile_interval,
     resample_counts,
 )
+from .conditions import SHOULD_ABSTAIN, SHOULD_ANSWER
 from .errors import DataError
 from .generation import PARSE_FAILED as GENERATION_FAILED
 from .io import append_checkpoint_row, read_checkpoint_rows
@@ -118,8 +119,6 @@ REPLACEMENT, PARAMETRIC_ANSWER, FIXED = "replacement", "parametric_answer", "fix
 TRACE_FORMAT = 2
 """Bumped when the traces.jsonl layout changes: a code edit, so the CDD jobs rerun."""
 
-SHOULD_ANSWER = M.SHOULD_ANSWER
-SHOULD_ABSTAIN = M.SHOULD_ABSTAIN
 ALL = "all"
 MACRO = "macro_adversarial"
 

@@ -11,6 +11,7 @@ import jsonschema
 import yaml
 
 from . import registry
+from .conditions import NAMES as CONDITION_NAMES
 from .data import ADAPTERS
 from .errors import ConfigError
 
@@ -18,14 +19,19 @@ SCHEMA_FILE = "config.schema.yaml"
 
 
 def load_schema() -> dict[str, Any]:
-    """The schema, with the registered policies as the names ``policies.names`` accepts
-    and the adapters of :data:`grabrag.data.ADAPTERS` as those ``datasets.*.adapter`` does."""
+    """The schema, with the registered policies as the names ``policies.names`` accepts,
+    the adapters of :data:`grabrag.data.ADAPTERS` as those ``datasets.*.adapter`` does,
+    and the conditions of :mod:`grabrag.conditions` as ``generation.conditions``'s names
+    and default."""
     text = resources.files("grabrag").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
     schema = yaml.safe_load(text)
     properties = schema["properties"]
     properties["policies"]["properties"]["names"]["items"]["enum"] = registry.names()
     dataset = properties["datasets"]["additionalProperties"]["properties"]
     dataset["adapter"]["enum"] = list(ADAPTERS)
+    conditions = properties["generation"]["properties"]["conditions"]
+    conditions["items"]["enum"] = list(CONDITION_NAMES)
+    conditions["default"] = list(CONDITION_NAMES)
     return schema
 
 

@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .conditions import CLOSED_BOOK, RETRIEVED
 from .text import contains_alias
 
-CONDITIONS = ("Q100", "Q50", "Q0", "Qclosed")
+CONDITIONS = (*RETRIEVED, CLOSED_BOOK)
+"""The conditions this stage builds (QC and QX come from the swaps)."""
 GOLD = "gold"
 HARD_NEGATIVE = "hard_negative"
 

@@ -15,10 +15,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .metrics import normalize_answer
 from .ner import INTERNAL_TYPES, NerBackend, Span
 from .progress import Progress
-from .text import words
+from .text import normalize_answer, words
 
 # --- the paper's constants --------------------------------------------------------------------
 

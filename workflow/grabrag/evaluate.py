@@ -92,6 +92,7 @@ from .bootstrap import (
     ratio,
     resample_counts,
 )
+from .conditions import NAMES, PAPER, SHOULD_ABSTAIN, SHOULD_ANSWER
 from .errors import DataError
 from .io import read_jsonl
 
@@ -107,11 +108,8 @@ COLUMNS = (
     "n",
     "reason",
 )
-CONDITIONS = ("Q100", "Q50", "Q0", "QC", "QX")
-# The paper's four conditions: ``all`` (Table 10's pooled AURC/ECE) pools these only, so
-# adding QX leaves the paper's tables as they were.
-PAPER_CONDITIONS = ("Q100", "Q50", "Q0", "QC")
-PAPER_POLICIES = ("P0", "P1", "P2", "P3", "P4")
+# The paper's four conditions (conditions.PAPER): ``all`` (Table 10's pooled AURC/ECE)
+# pools these only, so adding QX leaves the paper's tables as they were.
 ALL = "all"
 POOLED = "pooled"
 DIFF = "QC-Q0"
@@ -193,7 +191,7 @@ class _Dataset:
         if not self.by_condition:
             raise DataError(f"no context rows for dataset {dataset}")
         order: dict[str, tuple[int, str]] = {}
-        for condition in ("Q100", "Q50", "Q0", "QC", *self.by_condition):
+        for condition in (*NAMES, *self.by_condition):
             for qid, row in self.by_condition.get(condition, {}).items():
                 index_value = row.get("index")
                 order.setdefault(
@@ -454,7 +452,7 @@ def _block(
             ("f1", "f1"),
         ):
             add(metric, c, _rate(f"{c}.{column}", f"{c}.present"), present, _NO_ROWS)
-        if c in M.SHOULD_ANSWER:
+        if c in SHOULD_ANSWER:
             if capability is None:
                 add("fac", c, _nan_like(f"{c}.present"), lambda t: 0, _NO_P1)
             else:
@@ -484,7 +482,7 @@ def _block(
     for c, cell in cells.items():
         cols[f"{c}.N"], cols[f"{c}.C"] = cell.levels(grid, n)
         groups.append((c, f"{c}.N", f"{c}.C"))
-    paper = [c for c in cells if c in PAPER_CONDITIONS]
+    paper = [c for c in cells if c in PAPER]
     if paper:
         block.derived["all.N"] = _pooled([f"{c}.N" for c in paper])
         block.derived["all.C"] = _pooled([f"{c}.C" for c in paper])
@@ -579,7 +577,7 @@ def _block(
     # Refusal precision / recall / F1 pooled over every condition of the cell.
     if cells:
         refused = [f"{c}.abstained" for c in cells]
-        should = [c for c in cells if c in M.SHOULD_ABSTAIN]
+        should = [c for c in cells if c in SHOULD_ABSTAIN]
         block.derived["refusal.R"] = _pooled(refused)
         block.derived["refusal.all"] = _pooled([f"{c}.present" for c in cells])
         if should:
@@ -664,7 +662,7 @@ def evaluate_dataset(
         raise ValueError(f"counts has {counts.shape[1]} columns, dataset has {ds.n} questions")
     by_model: dict[str, dict[str, dict[str, _Cell]]] = {}
     for (model, condition, policy), rows in decisions.items():
-        if condition not in CONDITIONS:
+        if condition not in NAMES:
             raise DataError(f"cell {model}/{dataset}/{condition}/{policy}: unknown condition")
         indexed = ds.cell((model, dataset, condition, policy), rows)
         by_model.setdefault(model, {}).setdefault(policy, {})[condition] = _Cell(
@@ -678,7 +676,7 @@ def evaluate_dataset(
         if p1_q100 is not None:
             capability = p1_q100.em * p1_q100.answered  # EM is 0 unless answered
         for policy in sorted(policies, key=policy_sort_key):
-            cells = {c: policies[policy][c] for c in CONDITIONS if c in policies[policy]}
+            cells = {c: policies[policy][c] for c in NAMES if c in policies[policy]}
             block = _block(cells, capability, ds.eligible.astype(float), ece_bins, ds.n)
             head = {"model": model, "dataset": dataset, "policy": policy}
             out.extend(block.run(counts, confidence_level, head))
@@ -696,7 +694,9 @@ def _mean_block(
     """Policy-mean HwSA@QC, Ans@Q100 and their ratio (section 6's normalised HwSA)."""
     # The paper's policies only: adding EVID / EVID_CB must not move section 6's mean.
     chosen = [
-        p for p in policies if p in PAPER_POLICIES and "QC" in policies[p] and "Q100" in policies[p]
+        p
+        for p in policies
+        if p in registry.PAPER_POLICIES and "QC" in policies[p] and "Q100" in policies[p]
     ]
     if not chosen:
         return []
@@ -795,7 +795,7 @@ def abstention_over_datasets(
         for (model, d, condition, policy), rows in decisions.items():
             if d != dataset:
                 continue
-            if condition not in CONDITIONS:
+            if condition not in NAMES:
                 raise DataError(f"cell {model}/{dataset}/{condition}/{policy}: unknown condition")
             cell = _Cell(ds, condition, ds.cell((model, dataset, condition, policy), rows))
             present = int(cell.present.sum())
@@ -815,7 +815,7 @@ def abstention_over_datasets(
         key=lambda item: (
             item[0][0],
             policy_sort_key(item[0][1]),
-            CONDITIONS.index(item[0][2]),
+            NAMES.index(item[0][2]),
         ),
     ):
         value = float(np.mean([point for _, point, _, _ in parts]))

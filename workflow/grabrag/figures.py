@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,12 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
 from . import registry  # noqa: E402
-from .io import atomic_write  # noqa: E402
+from .conditions import NAMES as CONDITIONS  # noqa: E402
+from .conditions import SHOULD_ABSTAIN  # noqa: E402
+from .io import atomic_write, read_jsonl  # noqa: E402
+from .metrics import confidence_and_correct, reliability_bins, risk_coverage  # noqa: E402
+from .registry import Features  # noqa: E402
+from .results import read_metrics, read_sweeps  # noqa: E402
 from .tabular import group_means, where  # noqa: E402
 
 # Colours of registered policies that name none, in registration order.
@@ -35,17 +42,6 @@ def policy_names() -> dict[str, str]:
     return {p.name: p.label or p.name for p in registry.policies().values() if p.in_figures}
 
 
-CONDITIONS = ("Q100", "Q50", "Q0", "QC", "QX")
-SHOULD_ABSTAIN = ("Q0", "QC", "QX")
-FIGURES = (
-    "abstention_by_condition",
-    "abstention_by_dataset",
-    "p3_sweep",
-    "risk_coverage",
-    "reliability",
-    "qc_breakdown",
-    "lambda_sweep",
-)
 # The lambda sweep's x axis: normalised Dempster as its own tick, then lambda values.
 LAMBDA_TICKS = (("dempster", "Dempster"), ("0", "0"), ("0.3", "0.3"), ("0.6", "0.6"), ("1", "1.0"))
 
@@ -417,3 +413,112 @@ def lambda_sweep_figure(sweep: pl.DataFrame, lam: float, tau1: float, tau2: floa
     )
     fig.tight_layout()
     return fig
+
+
+# --- the figures, declared once --------------------------------------------------------------
+
+
+class Sources:
+    """What the figures read, each loaded on first use: the figure rule's input files by
+    input name, the cell each per-cell file is about, and the fusion settings."""
+
+    def __init__(
+        self,
+        files: Mapping[str, Sequence[str]],
+        cells: Mapping[str, Sequence[Mapping[str, str]]],
+        fusion: Mapping[str, float],
+    ) -> None:
+        self.files, self.cells, self.fusion = files, cells, fusion
+
+    @cached_property
+    def metrics(self) -> pl.DataFrame:
+        return read_metrics(self.files["metrics"])
+
+    def sweeps(self, name: str) -> pl.DataFrame:
+        return read_sweeps(self.files[name], self.cells[name])
+
+    def scored(self) -> dict[tuple[str, str, str], tuple[list[float], list[bool]]]:
+        """(model, dataset, policy) -> pooled (confidence, correct) over the conditions."""
+        gold = {
+            (cell["dataset"], cell["condition"]): {r["qid"]: r["answers"] for r in read_jsonl(p)}
+            for cell, p in zip(self.cells["contexts"], self.files["contexts"], strict=True)
+        }
+        pooled: dict[tuple[str, str, str], tuple[list[float], list[bool]]] = {}
+        for cell, path in zip(self.cells["decisions"], self.files["decisions"], strict=True):
+            dataset, condition = cell["dataset"], cell["condition"]
+            conf, correct = confidence_and_correct(
+                read_jsonl(path), gold[(dataset, condition)], condition
+            )
+            key = (cell["model"], dataset, cell["policy"])
+            pooled.setdefault(key, ([], []))
+            pooled[key][0].extend(conf)
+            pooled[key][1].extend(correct)
+        return pooled
+
+
+def _risk_coverage(sources: Sources) -> Any:
+    return risk_coverage_figure(
+        {key: risk_coverage(*pair) for key, pair in sources.scored().items()}
+    )
+
+
+def _reliability(sources: Sources) -> Any:
+    by_policy: dict[str, tuple[list[float], list[bool]]] = {}
+    for (_, _, policy), (conf, correct) in sources.scored().items():
+        by_policy.setdefault(policy, ([], []))
+        by_policy[policy][0].extend(conf)
+        by_policy[policy][1].extend(correct)
+    return reliability_figure({p: reliability_bins(*pair) for p, pair in by_policy.items()})
+
+
+# What a figure reads besides the metric tables (the rules turn each into files):
+P3_SWEEPS = "p3_sweeps"  # policies/<m>/<d>/P3_sweep.csv
+EVID_SWEEPS = "evid_sweeps"  # evidential/<m>/<d>/sweep.csv
+DECISIONS = "decisions"  # every decision file, with the context rows for their gold answers
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """One figure: its name (``results/figures/<name>.pdf``/``.png``; its caption is in
+    ``workflow/report/figure.rst``), how it is drawn from the :class:`Sources`, what it
+    reads besides the metrics, and when a config produces it. ``averaged``: it reads the
+    metrics averaged over the datasets instead of each dataset's."""
+
+    name: str
+    draw: Callable[[Sources], Any]
+    reads: tuple[str, ...] = ()
+    averaged: bool = False
+    when: Callable[[Features], bool] = lambda features: True
+
+
+FIGURES = (
+    FigureSpec(
+        "abstention_by_condition", lambda s: abstention_by_condition(s.metrics), averaged=True
+    ),
+    FigureSpec("abstention_by_dataset", lambda s: abstention_by_dataset(s.metrics)),
+    FigureSpec("p3_sweep", lambda s: p3_sweep_figure(s.sweeps(P3_SWEEPS)), (P3_SWEEPS,)),
+    FigureSpec("risk_coverage", _risk_coverage, (DECISIONS,)),
+    FigureSpec("reliability", _reliability, (DECISIONS,)),
+    FigureSpec("qc_breakdown", lambda s: qc_breakdown_figure(s.metrics)),
+    FigureSpec(
+        "lambda_sweep",
+        lambda s: lambda_sweep_figure(
+            s.sweeps(EVID_SWEEPS), s.fusion["lam"], s.fusion["tau1"], s.fusion["tau2"]
+        ),
+        (EVID_SWEEPS,),
+        when=lambda f: f.evidential,
+    ),
+)
+"""Every figure, in the order a run lists them."""
+
+
+def figure_spec(name: str) -> FigureSpec:
+    by_name = {spec.name: spec for spec in FIGURES}
+    if name not in by_name:
+        raise ValueError(f"unknown figure {name!r}; known: {', '.join(by_name)}")
+    return by_name[name]
+
+
+def figure_names(features: Features) -> list[str]:
+    """The figures a config with these features produces."""
+    return [spec.name for spec in FIGURES if spec.when(features)]

@@ -3,24 +3,14 @@ abstention, selection and confidence metrics of GRAB-RAG section 3.5 and Appendi
 
 from __future__ import annotations
 
-import re
-import string
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
-_PUNCT = set(string.punctuation)
-
-
-def normalize_answer(text: str) -> str:
-    """SQuAD v1.1 normalisation: lowercase, drop punctuation and articles, collapse spaces."""
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in _PUNCT)
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
+from .conditions import SHOULD_ABSTAIN, SHOULD_ANSWER
+from .text import normalize_answer
 
 
 def exact_match(prediction: str | None, answers: Sequence[str]) -> float:
@@ -85,10 +75,7 @@ def answer_rate(rows: Sequence[dict], qids: set[str] | None = None) -> tuple[int
 #   real score). The parse_failed share of each cell is reported on its own.
 # * Zero-size cases return a NaN :class:`Value` whose ``reason`` says why, never 0.
 
-SHOULD_ANSWER = ("Q100", "Q50")
-# QX (gold passage + swapped twin) is should-abstain too: the sources disagree,
-# so a definitive single answer is a failure.
-SHOULD_ABSTAIN = ("Q0", "QC", "QX")
+# Which conditions should be answered and which abstained on: grabrag.conditions.
 ANSWER, ABSTAIN = "answer", "abstain"
 CONFIDENCE_SCALE = 100.0
 

@@ -1,4 +1,5 @@
-"""The policies the workflow knows, each declared once.
+"""The policies the workflow knows, each declared once, and the features of a config that
+decide which tables and figures it produces (:class:`Features`).
 
 A :class:`Policy` says what the policy is called, which stored files it reads (in terms
 the rules turn into paths: :data:`SOURCES`), how it decides, which of its config settings
@@ -22,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .conditions import NAMES
 from .plugins import load_modules  # noqa: F401  (the config check and tests call it here)
 
 # Where a policy's input comes from, per model x dataset x condition cell. The key the
@@ -33,6 +35,10 @@ EVIDENTIAL = "evidential"  # evidential/<m>/<d>/<condition>/<key>.jsonl
 CDD_TRACES = "cdd_traces"  # cdd/<m>/<d>/<condition>/traces.jsonl
 CDD_CELL = "cdd"  # cdd/<m>/<d>/<condition>/<key>.jsonl (a prompt-only baseline's rows)
 SOURCES = (GENERATION, CLOSED_BOOK, NLI, EVIDENTIAL, CDD_TRACES, CDD_CELL)
+
+PAPER_POLICIES = ("P0", "P1", "P2", "P3", "P4")
+"""GRAB-RAG's own policies: the paper's macro averages (Table 3, Table 6's macro row,
+section 6) pool these only, so adding a policy leaves those numbers as they were."""
 
 Rows = Sequence[Mapping[str, Any]]
 Decide = Callable[[Mapping[str, Rows], Mapping[str, Any]], list[dict[str, Any]]]
@@ -87,6 +93,19 @@ class Policy:
 
 
 _REGISTRY: dict[str, Policy] = {}
+
+
+@dataclass(frozen=True)
+class Features:
+    """What a config turns on that decides which tables (and figures) it produces."""
+
+    conditions: tuple[str, ...] = NAMES
+    evidential: bool = False  # EvidentialRAG policies configured (on some dataset)
+    cdd_family: bool = False  # CDD, CDD-alpha or a prompt-only baseline configured
+    cdd_traces: bool = False  # CDD or CDD-alpha: their traces exist
+    cdd_diagnostics: bool = False  # cdd.diagnostics with traces
+    audited: bool = False  # some dataset's QC audit is filled in
+    seed_sensitivity: bool = False  # a seed variant is configured
 
 
 def register(policy: Policy) -> Policy:

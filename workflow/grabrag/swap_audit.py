@@ -19,10 +19,9 @@ from typing import Any
 from .entity_pool import NerCache, as_ner_cache
 from .errors import DataError
 from .io import write_csv
-from .metrics import normalize_answer
 from .ner import NerBackend
 from .swaps import TIERS, accepted, boundary_pattern, occurrences, value_type
-from .text import contains_alias
+from .text import contains_alias, normalize_answer
 
 AUDIT_QUALITIES = ("fluent", "borderline", "broken")
 

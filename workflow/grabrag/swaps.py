@@ -43,10 +43,9 @@ from .entity_pool import (
     build_entity_pool,
     gold_passage_texts,
 )
-from .metrics import normalize_answer
 from .ner import NerBackend
 from .progress import Progress
-from .text import contains_alias, words
+from .text import contains_alias, normalize_answer, words
 
 # --- the paper's constants --------------------------------------------------------------------
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -25,17 +27,18 @@ import numpy as np
 import polars as pl
 
 from . import registry
+from .conditions import PAPER, SEED_COMPARED, SHOULD_ABSTAIN, SHOULD_ANSWER
 from .errors import DataError
 from .evaluate import policy_sort_key
+from .io import read_json, read_jsonl
 from .metrics import audit_hwsa, capability_set, decision_rate
 from .policies import SWEEP_CUTOFFS, SWEEP_THRESHOLDS, p3_sweep_decisions
-from .tabular import NAN, Label, Number, Table, group_means, rows_csv, where
+from .registry import PAPER_POLICIES, Features
+from .results import read_diagnostics, read_metrics, read_sweeps
+from .tabular import NAN, Label, Number, Table, group_means, read_csvs, rows_csv, where
 from .tabular import write_table as _write_table
 
-PAPER_POLICIES = ("P0", "P1", "P2", "P3", "P4")
 NOT_AVAILABLE = Number("n/a", None)  # a number the data cannot give (no rows to rate)
-SHOULD_ANSWER = ("Q100", "Q50")
-SHOULD_ABSTAIN = ("Q0", "QC", "QX")
 
 
 def _nan(value: float | None) -> bool:
@@ -300,12 +303,10 @@ def _rounded(rows: list[dict[str, Any]], columns: Sequence[str], digits: int = 3
 
 def table_ece(metrics: pl.DataFrame, metric: str = "ece") -> Table:
     """Table 11: ECE averaged across models and datasets, by policy and condition."""
-    chosen = where(metrics, metric=metric).filter(
-        pl.col("condition").is_in(["Q100", "Q50", "Q0", "QC"])
-    )
+    chosen = where(metrics, metric=metric).filter(pl.col("condition").is_in(PAPER))
     wide = _pivot(chosen, ["policy"], "condition")
     present = {c for values in wide.values() for c in values}
-    conditions = [c for c in ("Q100", "Q50", "Q0", "QC") if c in present]
+    conditions = [c for c in PAPER if c in present]
     rows = [
         {"policy": policy, **{c: values.get(c, NAN) for c in conditions}}
         for (policy,), values in sorted(wide.items(), key=lambda kv: policy_sort_key(kv[0][0]))
@@ -377,7 +378,7 @@ def table_seed_sensitivity(
     out = []
     sizes: dict[tuple[int, str], set[int]] = {}
     for policy in _policies(variant):
-        for condition in ("Q0", "QC"):
+        for condition in SEED_COMPARED:
             first = get_base(model, dataset, policy, condition, "answer_rate")
             second = get_variant(model, variant_name, policy, condition, "answer_rate")
             for seed, row in ((base_seed, first), (variant_seed, second)):
@@ -630,7 +631,7 @@ def table_hwsa_conditions(metrics: pl.DataFrame) -> Table:
     for model, dataset in _cells(metrics):
         for policy in _policies(metrics):
             row: dict[str, Any] = {"model": model, "dataset": dataset, "policy": policy}
-            for condition in ("Q0", "QC", "QX"):
+            for condition in SHOULD_ABSTAIN:
                 rate = get(model, dataset, policy, condition, "answer_rate")
                 row[f"n {condition}"] = _n(rate)
                 row[f"HwSA({condition}) [95% CI]"] = _ci(rate)
@@ -1438,3 +1439,225 @@ def table_section6(metrics: pl.DataFrame) -> Table:
         True,
     )
     return Table(rows, ["Quantity", "Model", "Dataset", "Value"])
+
+
+# --- the tables, declared once -------------------------------------------------------------
+
+
+class Sources:
+    """What the table builders read, each loaded on first use: the tables rule's input
+    files by input name, the cell (model, dataset) each per-cell file is about, and the
+    settings the rule passes (``fusion``, ``seed_sensitivity``, ``paper_outputs``)."""
+
+    def __init__(
+        self,
+        files: Mapping[str, Sequence[str]],
+        cells: Mapping[str, Sequence[Mapping[str, str]]],
+        settings: Mapping[str, Any],
+    ) -> None:
+        self.files, self.cells, self.settings = files, cells, settings
+
+    def keyed(self, name: str) -> list[tuple[Mapping[str, str], str]]:
+        """(cell, path) of each file of input ``name``."""
+        return list(zip(self.cells[name], self.files[name], strict=True))
+
+    @cached_property
+    def metrics(self) -> pl.DataFrame:
+        return read_metrics(self.files["metrics"])
+
+    @cached_property
+    def p3_sweeps(self) -> pl.DataFrame:
+        return read_sweeps(self.files["sweeps"], self.cells["sweeps"])
+
+    @cached_property
+    def evid_sweeps(self) -> pl.DataFrame:
+        return read_sweeps(self.files["evid_sweeps"], self.cells["evid_sweeps"])
+
+    @cached_property
+    def diagnostics(self) -> pl.DataFrame:
+        return read_diagnostics(self.files["cdd_diagnostics"])
+
+    def reports(self, name: str) -> list[Any]:
+        return [read_json(path) for path in self.files[name]]
+
+    @property
+    def fusion(self) -> tuple[float, float, float]:
+        fusion = self.settings["fusion"]
+        return fusion["lam"], fusion["tau1"], fusion["tau2"]
+
+    @property
+    def paper(self) -> Mapping[str, Any]:
+        return self.settings["paper_outputs"]
+
+    @cached_property
+    def audits(self) -> dict[str, pl.DataFrame]:
+        """The filled audit CSV of each audited dataset, every field as text."""
+        return {
+            dataset: pl.read_csv(path, infer_schema=False, missing_utf8_is_empty_string=True)
+            for dataset, path in zip(
+                self.paper["audited"], self.files["audit_ratings"], strict=True
+            )
+        }
+
+    def ratings(self) -> dict[str, dict[str, str]]:
+        """dataset -> qid -> the audit's quality rating."""
+        return {
+            dataset: dict(
+                zip(
+                    frame["qid"], frame["quality"].str.strip_chars().str.to_lowercase(), strict=True
+                )
+            )
+            for dataset, frame in self.audits.items()
+        }
+
+    def seed_sensitivity(self) -> Table:
+        """Table 13 for each configured seed variant (one, in practice)."""
+        tables = []
+        for cell, path in self.keyed("seed_metrics"):
+            spec = self.settings["seed_sensitivity"][cell["dataset"]]
+            tables.append(
+                table_seed_sensitivity(
+                    self.metrics,
+                    read_metrics([path]),
+                    spec["model"],
+                    spec["dataset"],
+                    spec["base_seed"],
+                    spec["seed"],
+                )
+            )
+        rows = [row for table in tables for row in table.rows]
+        return with_note(Table(rows), " ".join(table.note for table in tables))
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One table: its name (``results/tables/<name>.*``; its caption is
+    ``workflow/report/tables/<name>.rst``), how it is built from the :class:`Sources`,
+    and when a config produces it."""
+
+    name: str
+    build: Callable[[Sources], Table]
+    when: Callable[[Features], bool] = lambda features: True
+
+
+def _audit_table(sources: Sources) -> Table:
+    audits = sources.files["audits"]
+    return table_audit(read_csvs(audits, strings=("dataset", "model", "policy", "sign_preserved")))
+
+
+TABLES = (
+    TableSpec("table1_hwsa", lambda s: table_hwsa(s.metrics, with_ci=False)),
+    TableSpec("table2_policies", lambda s: table_policy_comparison(s.metrics)),
+    TableSpec("table3_qc_sources", lambda s: table_qc_sources(s.metrics, per_cell=False)),
+    TableSpec("table7_hwsa_ci", lambda s: table_hwsa(s.metrics, with_ci=True)),
+    TableSpec("table8_fac_ci", lambda s: table_fac(s.metrics)),
+    TableSpec("table9_qc_sources", lambda s: table_qc_sources(s.metrics, per_cell=True)),
+    TableSpec("table10_aurc", lambda s: table_aurc(s.metrics)),
+    TableSpec("table11_ece", lambda s: table_ece(s.metrics, "ece")),
+    TableSpec("table12_p3_sweep", lambda s: table_p3_sweep(s.p3_sweeps)),
+    TableSpec(
+        "normalised_hwsa",
+        lambda s: table_metric_by_cell(s.metrics, "normalised_hwsa", "QC", "HwSA@QC / Ans@Q100"),
+    ),
+    TableSpec("selection_bias", lambda s: table_selection_bias(s.metrics)),
+    TableSpec("parse_failures", lambda s: table_parse_failures(s.reports("reports"))),
+    # The paper's other outputs: Tables 4 and 5 (NER labels, swap examples), the
+    # confidence-cutoff sweep and the closed-book pass (Appendix F), section 6's aggregates.
+    TableSpec("table4_ner_labels", lambda s: table_ner_labels(s.paper["ner_backend"])),
+    TableSpec(
+        "table5_swap_examples",
+        lambda s: table_swap_examples(
+            {cell["dataset"]: read_jsonl(path) for cell, path in s.keyed("swaps")}, s.ratings()
+        ),
+    ),
+    TableSpec(
+        "table12b_cutoff_sweep",
+        lambda s: table_cutoff_sweep(
+            s.p3_sweeps, s.paper["f1_threshold"], s.paper["confidence_cutoff"]
+        ),
+    ),
+    TableSpec(
+        "closed_book",
+        lambda s: table_closed_book(
+            {(c["model"], c["dataset"]): read_jsonl(path) for c, path in s.keyed("closed_book")},
+            s.paper["confidence_cutoff"],
+        ),
+    ),
+    TableSpec("section6_aggregates", lambda s: table_section6(s.metrics)),
+    TableSpec(
+        "hwsa_conditions",
+        lambda s: table_hwsa_conditions(s.metrics),
+        when=lambda f: "QX" in f.conditions,
+    ),
+    # 15-bin ECE: EvidentialRAG's calibration measure, for comparing EVID with P0-P4.
+    TableSpec("table11b_ece15", lambda s: table_ece(s.metrics, "ece_15"), lambda f: f.evidential),
+    TableSpec("evid_results", lambda s: table_evid_results(s.metrics), lambda f: f.evidential),
+    TableSpec(
+        "evid_efficiency",
+        lambda s: table_evid_efficiency(s.reports("evid_efficiency")),
+        lambda f: f.evidential,
+    ),
+    TableSpec(
+        "evid_lambda_sweep",
+        lambda s: table_evid_lambda_sweep(s.evid_sweeps, *s.fusion),
+        lambda f: f.evidential,
+    ),
+    TableSpec(
+        "evid_tau_sweep",
+        lambda s: table_evid_tau_sweep(s.evid_sweeps, *s.fusion),
+        lambda f: f.evidential,
+    ),
+    TableSpec(
+        "evid_ablation",
+        lambda s: table_evid_ablation(s.evid_sweeps, *s.fusion, s.metrics),
+        lambda f: f.evidential,
+    ),
+    TableSpec(
+        "evid_evaluator",
+        lambda s: table_evid_evaluator(s.reports("evid_evaluate_reports")),
+        lambda f: f.evidential,
+    ),
+    TableSpec(
+        "cdd_results",
+        lambda s: table_cdd_results(s.metrics, s.diagnostics),
+        lambda f: f.cdd_family,
+    ),
+    TableSpec(
+        "cdd_source_control",
+        lambda s: table_cdd_source_control(s.diagnostics),
+        lambda f: f.cdd_traces,
+    ),
+    TableSpec(
+        "cdd_sensitivity",
+        lambda s: table_cdd_sensitivity(s.diagnostics),
+        lambda f: f.cdd_diagnostics,
+    ),
+    TableSpec(
+        "cdd_ablation", lambda s: table_cdd_ablation(s.diagnostics), lambda f: f.cdd_diagnostics
+    ),
+    TableSpec("table6_audit", _audit_table, lambda f: f.audited),
+    TableSpec(
+        "audit_quality",
+        lambda s: table_audit_quality(
+            s.audits,
+            s.paper["bootstrap"]["n_resamples"],
+            s.paper["bootstrap"]["confidence_level"],
+            s.paper["seed"],
+        ),
+        lambda f: f.audited,
+    ),
+    TableSpec("table13_seed_sensitivity", Sources.seed_sensitivity, lambda f: f.seed_sensitivity),
+)
+"""Every table, in the order a run lists them."""
+
+
+def table_names(features: Features) -> list[str]:
+    """The tables a config with these features produces."""
+    return [spec.name for spec in TABLES if spec.when(features)]
+
+
+def build_table(name: str, sources: Sources) -> Table:
+    by_name = {spec.name: spec for spec in TABLES}
+    if name not in by_name:
+        raise ValueError(f"unknown table {name!r}; known: {', '.join(by_name)}")
+    return by_name[name].build(sources)
