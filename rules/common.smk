@@ -234,7 +234,7 @@ def audit_ratings(wildcards):
 
 # What each per-cell input file of the tables rule is about (as `cells`), by input name.
 TABLE_CELLS = {
-    "sweeps": cells(model=MODELS, dataset=DATASETS),
+    "p3_sweeps": cells(model=MODELS, dataset=DATASETS),
     "seed_metrics": cells(dataset=list(SEED_VARIANTS)),
     "swaps": cells(dataset=DATASETS),
     "closed_book": cells(model=MODELS, dataset=DATASETS),

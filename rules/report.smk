@@ -63,7 +63,9 @@ rule abstention_over_datasets:
 rule tables:
     input:
         metrics=expand("results/metrics/{dataset}.csv", dataset=DATASETS),
-        sweeps=files("results/policies/{model}/{dataset}/P3_sweep.csv", TABLE_CELLS["sweeps"]),
+        p3_sweeps=files(
+            "results/policies/{model}/{dataset}/P3_sweep.csv", TABLE_CELLS["p3_sweeps"]
+        ),
         reports=expand(
             "results/generation/{model}/{dataset}/report.json",
             model=MODELS,

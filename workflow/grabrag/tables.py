@@ -1467,7 +1467,7 @@ class Sources:
 
     @cached_property
     def p3_sweeps(self) -> pl.DataFrame:
-        return read_sweeps(self.files["sweeps"], self.cells["sweeps"])
+        return read_sweeps(self.files["p3_sweeps"], self.cells["p3_sweeps"])
 
     @cached_property
     def evid_sweeps(self) -> pl.DataFrame:
@@ -1493,7 +1493,7 @@ class Sources:
     def audits(self) -> dict[str, pl.DataFrame]:
         """The filled audit CSV of each audited dataset, every field as text."""
         return {
-            dataset: pl.read_csv(path, infer_schema=False, missing_utf8_is_empty_string=True)
+            dataset: pl.read_csv(path, infer_schema=False, empty_string_is_null=False)
             for dataset, path in zip(
                 self.paper["audited"], self.files["audit_ratings"], strict=True
             )
@@ -1501,13 +1501,13 @@ class Sources:
 
     def ratings(self) -> dict[str, dict[str, str]]:
         """dataset -> qid -> the audit's quality rating."""
+        from .swap_audit import read_audit_ratings
+
         return {
-            dataset: dict(
-                zip(
-                    frame["qid"], frame["quality"].str.strip_chars().str.to_lowercase(), strict=True
-                )
+            dataset: read_audit_ratings(path)
+            for dataset, path in zip(
+                self.paper["audited"], self.files["audit_ratings"], strict=True
             )
-            for dataset, frame in self.audits.items()
         }
 
     def seed_sensitivity(self) -> Table:
