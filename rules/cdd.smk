@@ -7,7 +7,7 @@
 
 rule cdd_generate:
     input:
-        contexts="results/contexts/{dataset}/{condition}.jsonl",
+        contexts=CONTEXT_FILE,
         cb=closed_book_cell,
         model=model_asset,
     output:
@@ -35,7 +35,7 @@ if CDD_BASELINES:
 
     rule baselines_generate:
         input:
-            contexts="results/contexts/{dataset}/{condition}.jsonl",
+            contexts=CONTEXT_FILE,
             model=model_asset,
         output:
             **{
@@ -62,10 +62,7 @@ if CDD_BASELINES:
 
 rule cdd_diagnostics:
     input:
-        contexts=expand(
-            "results/contexts/{{dataset}}/{condition}.jsonl",
-            condition=GENERATION_CONDITIONS,
-        ),
+        contexts=expand(CONTEXT_FILE, condition=GENERATION_CONDITIONS, allow_missing=True),
         traces=expand(
             "results/cdd/{{model}}/{{dataset}}/{condition}/traces.jsonl",
             condition=GENERATION_CONDITIONS if CDD_TRACES else [],

@@ -105,7 +105,7 @@ def p3_sweep_qc_input(wildcards):
     """P1 at QC for the P3 sweep's HwSA column, when the config has a QC condition."""
     if "QC" not in GENERATION_CONDITIONS:
         return {}
-    return {"p1_qc": f"results/generation/{wildcards.model}/{wildcards.dataset}/QC/P1.jsonl"}
+    return {"p1_qc": cell_file(GENERATION_FILE, wildcards, condition="QC", prompt="P1")}
 
 
 def _alternatives(names):
@@ -134,8 +134,19 @@ def files(pattern, keys):
     return [pattern.format(**key) for key in keys]
 
 
-DECISION_FILE = "results/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
+def cell_file(pattern, wildcards, **values):
+    """The file of one job's cell: `pattern` filled from its wildcards, `values` added or
+    in their place (e.g. a policy rule's input from another stage of the same cell)."""
+    return pattern.format_map({**wildcards, **values})
+
+
+# The per-cell files other stages read. The rule that writes one spells its path out in
+# its output (Snakemake's guidelines: literal results/ paths there); the readers, rules
+# and input functions alike, name it by these patterns.
 CONTEXT_FILE = "results/contexts/{dataset}/{condition}.jsonl"
+GENERATION_FILE = "results/generation/{model}/{dataset}/{condition}/{prompt}.jsonl"
+EVIDENTIAL_FILE = "results/evidential/{model}/{dataset}/{condition}/{policy}.jsonl"
+DECISION_FILE = "results/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
 
 
 def stable(mapping):
@@ -171,8 +182,13 @@ def construction_seed(wildcards):
 
 def closed_book_cell(wildcards):
     """The CB answers: the closed-book pass sees no context, so a seed variant reuses them."""
-    dataset = base_dataset(wildcards.dataset)
-    return f"results/generation/{wildcards.model}/{dataset}/Qclosed/{CLOSED_BOOK_PROMPT}.jsonl"
+    return cell_file(
+        GENERATION_FILE,
+        wildcards,
+        dataset=base_dataset(wildcards.dataset),
+        condition="Qclosed",
+        prompt=CLOSED_BOOK_PROMPT,
+    )
 
 
 def metric_policies(dataset):
@@ -266,9 +282,6 @@ def generation_settings():
     return stable({k: v for k, v in config["generation"].items() if k != "conditions"})
 
 
-GENERATION_FILE = "results/generation/{model}/{dataset}/{condition}/{prompt}.jsonl"
-
-
 def generation_report_cells(wildcards):
     """Every generation file (as `cells`) of one model x dataset: the context prompts at
     each condition, then the closed-book pass."""
@@ -300,7 +313,7 @@ def closed_book_dir(wildcards):
 
 
 def generation_cell(wildcards, prompt):
-    return f"{generation_dir(wildcards)}/{prompt}.jsonl"
+    return cell_file(GENERATION_FILE, wildcards, prompt=prompt)
 
 
 def evidential_dir(wildcards):
@@ -314,7 +327,7 @@ POLICY_SOURCES = {
     registry.NLI: lambda wildcards, key: (
         f"results/nli/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}.jsonl"
     ),
-    registry.EVIDENTIAL: lambda wildcards, key: f"{evidential_dir(wildcards)}/{key}.jsonl",
+    registry.EVIDENTIAL: lambda wildcards, key: cell_file(EVIDENTIAL_FILE, wildcards, policy=key),
     registry.CDD_TRACES: lambda wildcards, key: f"{cdd_dir(wildcards)}/traces.jsonl",
     registry.CDD_CELL: lambda wildcards, key: f"{cdd_dir(wildcards)}/{key}.jsonl",
 }
@@ -343,11 +356,13 @@ def policy_settings(wildcards):
 
 
 def policy_files(model, dataset):
-    return [
-        f"results/policies/{model}/{dataset}/{condition}/{policy}.jsonl"
-        for condition in GENERATION_CONDITIONS
-        for policy in dataset_policies(dataset)
-    ] + [f"results/policies/{model}/{dataset}/P3_sweep.csv"]
+    decisions = cells(
+        model=[model],
+        dataset=[dataset],
+        condition=GENERATION_CONDITIONS,
+        policy=dataset_policies(dataset),
+    )
+    return files(DECISION_FILE, decisions) + [f"results/policies/{model}/{dataset}/P3_sweep.csv"]
 
 
 def evaluator_name(wildcards):
@@ -372,9 +387,6 @@ def evidential_files(model, dataset):
         f"results/evidential/{model}/{dataset}/sweep.csv",
         f"results/evidential/{model}/{dataset}/efficiency.json",
     ]
-
-
-EVIDENTIAL_FILE = "results/evidential/{model}/{dataset}/{condition}/{policy}.jsonl"
 
 
 def evidential_cells(wildcards):
@@ -496,7 +508,7 @@ def tokenizer_asset():
 
 
 def context_files(dataset):
-    return [f"results/contexts/{dataset}/{condition}.jsonl" for condition in CONDITIONS]
+    return files(CONTEXT_FILE, cells(dataset=[dataset], condition=CONDITIONS))
 
 
 def all_targets():
@@ -506,10 +518,10 @@ def all_targets():
         targets.append(f"results/contexts/{dataset}/report.json")
         targets += [
             f"results/qc/{dataset}/summary.json",
-            f"results/contexts/{dataset}/QC.jsonl",
+            CONTEXT_FILE.format(dataset=dataset, condition="QC"),
         ]
         if "QX" in GENERATION_CONDITIONS:
-            targets.append(f"results/contexts/{dataset}/QX.jsonl")
+            targets.append(CONTEXT_FILE.format(dataset=dataset, condition="QX"))
         for model in MODELS:
             targets.append(f"results/generation/{model}/{dataset}/report.json")
             targets += policy_files(model, dataset)

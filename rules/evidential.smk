@@ -7,7 +7,7 @@
 
 rule evidential_evaluate:
     input:
-        contexts="results/contexts/{dataset}/{condition}.jsonl",
+        contexts=CONTEXT_FILE,
         evaluator=evaluator_asset,
     output:
         evaluations="results/evidential/{model}/{dataset}/{condition}/evaluations.jsonl",
@@ -34,7 +34,7 @@ rule evidential_evaluate:
 
 rule evidential_generate:
     input:
-        contexts="results/contexts/{dataset}/{condition}.jsonl",
+        contexts=CONTEXT_FILE,
         evaluations="results/evidential/{model}/{dataset}/{condition}/evaluations.jsonl",
         cb=closed_book_cell,
         model=model_asset,
@@ -69,10 +69,7 @@ rule evidential_sweep:
             "results/evidential/{{model}}/{{dataset}}/{condition}/evaluations.jsonl",
             condition=GENERATION_CONDITIONS,
         ),
-        contexts=expand(
-            "results/contexts/{{dataset}}/{condition}.jsonl",
-            condition=GENERATION_CONDITIONS,
-        ),
+        contexts=expand(CONTEXT_FILE, condition=GENERATION_CONDITIONS, allow_missing=True),
         cb=closed_book_cell,
     output:
         sweep="results/evidential/{model}/{dataset}/sweep.csv",
@@ -93,8 +90,10 @@ rule evidential_sweep:
 rule evidential_efficiency:
     input:
         p1=expand(
-            "results/generation/{{model}}/{{dataset}}/{condition}/P1.jsonl",
+            GENERATION_FILE,
             condition=GENERATION_CONDITIONS,
+            prompt="P1",
+            allow_missing=True,
         ),
         evidential=lambda wildcards: files(EVIDENTIAL_FILE, evidential_cells(wildcards)),
         reports=expand(

@@ -4,7 +4,7 @@
 
 rule generate_context_prompts:
     input:
-        contexts="results/contexts/{dataset}/{condition}.jsonl",
+        contexts=CONTEXT_FILE,
         model=model_asset,
     output:
         **{

@@ -23,6 +23,34 @@ REAL_MODEL_ASSET = "smollm2-135m-instruct-q4_1"
 _micro_ready = False
 
 
+def _rule_declarations() -> dict[str, str]:
+    """Each rule of rules/*.smk, by name: the text from its `rule` line to the next one."""
+    declarations = {}
+    for path in sorted((REPO / "rules").glob("*.smk")):
+        parts = re.split(r"^\s*rule (\w+):$", path.read_text(), flags=re.MULTILINE)
+        declarations.update(zip(parts[1::2], parts[2::2], strict=True))
+    return declarations
+
+
+def _model_rule_benchmarks() -> dict[str, str]:
+    """The GPU rules (`gpu=` under resources) and each one's benchmark file pattern."""
+    benchmarks = {}
+    for name, text in _rule_declarations().items():
+        if re.search(r"^\s*gpu=", text, flags=re.MULTILINE):
+            found = re.search(r'^\s*benchmark:\s*"([^"]+)"', text, flags=re.MULTILINE)
+            assert found, f"the GPU rule {name} declares no benchmark file"
+            benchmarks[name] = found.group(1)
+    assert benchmarks, "no GPU rule found in rules/*.smk"
+    return benchmarks
+
+
+# The rules that load a language model are the GPU rules; read from the rule files, so a
+# new one is covered by the tests that assert such jobs are (not) planned without being
+# listed there too. Each writes a benchmark (check_rules in rules/common.smk insists).
+MODEL_RULE_BENCHMARKS = _model_rule_benchmarks()
+MODEL_RULES = frozenset(MODEL_RULE_BENCHMARKS)
+
+
 def ensure_micro_model() -> Path:
     """Build the tiny config's micro model where the config expects it, once; its bytes
     must match the sha256 pinned in the config (the builder is deterministic)."""

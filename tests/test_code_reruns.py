@@ -9,20 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import copy_run, copy_workflow, planned_jobs, snakemake
+from .conftest import MODEL_RULES, copy_run, copy_workflow, planned_jobs, snakemake
 
 pytestmark = pytest.mark.integration
 
-# Rules that load a language model, and the stages before generation.
-MODEL_RULES = {
-    "generate_context_prompts",
-    "generate_closed_book",
-    "nli",
-    "evidential_evaluate",
-    "evidential_generate",
-    "cdd_generate",
-    "baselines_generate",
-}
+# The stages before generation.
 UPSTREAM_RULES = {
     "fetch_asset",
     "prepare_data",

@@ -299,29 +299,11 @@ def offline_assets(tmp_path_factory: pytest.TempPathFactory, encoder_dir: Path) 
     """Asset manifests (path assets) of a tiny GLiNER whose folder has no tokenizer and no
     encoder config (as urchade/gliner_medium-v2.1), its backbone tokenizer folder, the same
     folder without config.json, a tiny DeBERTa-v2 NLI model and the MiniLM encoder."""
-    import torch
-    from gliner import GLiNER, GLiNERConfig
-    from transformers import AutoTokenizer, BertConfig
-
     from .test_nli import MNLI_ORDER, _save_classifier, _tokenizer
+    from .tiny_gliner import build_tiny_gliner
 
     root = tmp_path_factory.mktemp("offline")
-    backbone = root / "backbone"
-    tokenizer = AutoTokenizer.from_pretrained(str(encoder_dir), local_files_only=True)
-    tokenizer.save_pretrained(backbone)
-    BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-    ).save_pretrained(backbone)
-    torch.manual_seed(0)
-    config = GLiNERConfig(model_name=str(backbone), hidden_size=32, max_width=6, max_len=128)
-    model_dir = root / "gliner"
-    GLiNER.from_config(config, backbone_from_pretrained=False, load_tokenizer=True).save_pretrained(
-        model_dir
-    )
+    model_dir, backbone = build_tiny_gliner(root, encoder_dir)
     # As published on the hub: the backbone by its hub name, no tokenizer, no encoder config.
     saved = json.loads((model_dir / "gliner_config.json").read_text())
     saved.update(

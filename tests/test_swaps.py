@@ -58,6 +58,7 @@ from grabrag.swaps import (
 )
 
 from .conftest import RESOURCES, snakemake
+from .tiny_gliner import build_tiny_gliner
 
 FIXTURES = Path(__file__).parent / "fixtures" / "swaps"
 
@@ -1050,26 +1051,8 @@ def test_chunk_text_keeps_offsets_and_word_limits() -> None:
 @pytest.fixture(scope="module")
 def tiny_gliner_dir(tmp_path_factory, encoder_dir) -> Path:
     """A random tiny GLiNER (1-layer BERT backbone, MiniLM vocabulary) saved locally."""
-    import torch
-    from gliner import GLiNER, GLiNERConfig
-    from transformers import AutoTokenizer, BertConfig
-
-    root = tmp_path_factory.mktemp("gliner")
-    backbone = root / "backbone"
-    tokenizer = AutoTokenizer.from_pretrained(str(encoder_dir), local_files_only=True)
-    tokenizer.save_pretrained(backbone)
-    BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-    ).save_pretrained(backbone)
-    torch.manual_seed(0)
-    config = GLiNERConfig(model_name=str(backbone), hidden_size=32, max_width=6, max_len=128)
-    model = GLiNER.from_config(config, backbone_from_pretrained=False, load_tokenizer=True)
-    model.save_pretrained(root / "model")
-    return root / "model"
+    model_dir, _ = build_tiny_gliner(tmp_path_factory.mktemp("gliner"), encoder_dir)
+    return model_dir
 
 
 def test_gliner_backend_on_a_tiny_random_model(tiny_gliner_dir) -> None:

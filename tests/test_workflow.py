@@ -19,6 +19,8 @@ from grabrag.contexts import CONDITIONS
 from grabrag.io import read_jsonl
 
 from .conftest import (
+    MODEL_RULE_BENCHMARKS,
+    MODEL_RULES,
     REPO,
     TINY,
     copy_run,
@@ -428,15 +430,7 @@ def test_policy_jobs_make_no_llm_call(tiny_run: Path, tmp_path: Path) -> None:
     # squad: 5 conditions x P0-P4; nq_bigbench: 5 conditions x 13 policies (P0-P4, EVID,
     # EVID_CB, CDD, CDD_ALPHA and the four baselines); the seed variant's Q0 + QC x P0-P4
     assert jobs.get("policy") == 5 * 5 + 5 * 13 + 2 * 5 and jobs.get("p3_sweep") == 2
-    assert not {
-        "generate_context_prompts",
-        "generate_closed_book",
-        "nli",
-        "evidential_evaluate",
-        "evidential_generate",
-        "cdd_generate",
-        "baselines_generate",
-    } & set(jobs)
+    assert not MODEL_RULES & set(jobs), jobs
 
 
 TABLE_NAMES = (
@@ -733,17 +727,9 @@ def test_evidential_sweep_grid(tiny_run: Path) -> None:
 
 
 def test_model_calling_rules_write_benchmarks(tiny_run: Path) -> None:
-    bench = tiny_run / "results/benchmarks"
-    for rule in (
-        "generate",
-        "nli",
-        "evidential_evaluate",
-        "evidential_generate",
-        "cdd_generate",
-        "baselines_generate",
-    ):
-        table = bench / f"{rule}/{MODEL}/nq_bigbench/Q100.tsv"
+    for rule, pattern in MODEL_RULE_BENCHMARKS.items():
+        # the closed-book pattern names its condition and ignores this one
+        table = tiny_run / pattern.format(model=MODEL, dataset="nq_bigbench", condition="Q100")
         header, values = table.read_text().splitlines()[:2]
         assert header.split("\t")[:3] == ["s", "h:m:s", "max_rss"], rule
         assert float(values.split("\t")[0]) > 0, rule
-    assert (bench / f"generate/{MODEL}/nq_bigbench/Qclosed.tsv").exists()
