@@ -18,31 +18,20 @@ import polars as pl
 
 from .tabular import read_csvs
 
-METRIC_LABELS = ("model", "dataset", "policy", "condition", "metric", "reason")
-DIAGNOSTIC_LABELS = (
-    "model",
-    "dataset",
-    "section",
-    "policy",
-    "variant",
-    "condition",
-    "perturbation_type",
-    "metric",
-    "reason",
-)
-"""The text columns of ``diagnostics.csv`` (:data:`grabrag.cdd_runs.DIAGNOSTIC_COLUMNS`
-less the numbers; kept here so reading them does not import the CDD runner)."""
+# The number columns of the metric table and the diagnostics; every other column is a
+# label, read as text.
+ESTIMATES = ("value", "ci_low", "ci_high")
 
 
 def read_metrics(paths: Iterable[str | Path]) -> pl.DataFrame:
     """Metric CSVs (``results/metrics/*.csv``) as one frame."""
-    return read_csvs(paths, strings=METRIC_LABELS, integers=("n",))
+    return read_csvs(paths, floats=ESTIMATES, integers=("n",))
 
 
 def read_diagnostics(paths: Iterable[str | Path]) -> pl.DataFrame:
     """CDD diagnostics CSVs (``results/cdd/<model>/<dataset>/diagnostics.csv``) as one
     frame."""
-    return read_csvs(paths, strings=DIAGNOSTIC_LABELS, integers=("n",))
+    return read_csvs(paths, floats=ESTIMATES, integers=("n",))
 
 
 SWEEP_LABELS = ("policy", "variant", "rule", "condition", "reason")

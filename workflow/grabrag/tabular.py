@@ -358,20 +358,25 @@ def read_csvs(
     strings: Sequence[str] = (),
     labels: Iterable[Mapping[str, str]] | None = None,
     integers: Sequence[str] = (),
+    floats: Sequence[str] | None = None,
 ) -> pl.DataFrame:
     """CSV files as one frame: the ``strings`` columns as text, the ``integers`` as
-    integers, every other column as a float (an empty field or "nan" is missing), columns
-    a file lacks missing in its rows. With ``labels``, one dict per file whose items
-    become constant columns (the file's model and dataset, say)."""
+    integers, every other column as a float (an empty field or "nan" is missing); with
+    ``floats``, only those columns (and the ``integers``) are numbers and every other is
+    text. Columns a file lacks are missing in its rows. With ``labels``, one dict per file
+    whose items become constant columns (the file's model and dataset, say)."""
     paths = list(paths)
     constants = list(labels) if labels is not None else [{}] * len(paths)
     frames = []
     for path, constant in zip(paths, constants, strict=True):
         frame = pl.read_csv(path, infer_schema=False)
-        frame = frame.with_columns(
-            pl.col(c).cast(pl.Int64 if c in integers else pl.Float64)
+        numbers = [
+            c
             for c in frame.columns
-            if c not in strings
+            if c in integers or (c in floats if floats is not None else c not in strings)
+        ]
+        frame = frame.with_columns(
+            pl.col(c).cast(pl.Int64 if c in integers else pl.Float64) for c in numbers
         ).with_columns(pl.lit(value, dtype=pl.String).alias(k) for k, value in constant.items())
         frames.append(frame)
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
