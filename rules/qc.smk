@@ -71,9 +71,10 @@ rule qc_contexts:
     params:
         contexts=stable(config["contexts"]),
         seed=construction_seed,
-        code=script_code("qc_contexts.py"),
+        condition="QC",
+        code=script_code("swapped_contexts.py"),
     script:
-        "../workflow/scripts/qc_contexts.py"
+        "../workflow/scripts/swapped_contexts.py"
 
 
 # QX (inter-context conflict): the original gold passage and its swapped twin
@@ -96,6 +97,7 @@ rule qx_contexts:
     params:
         contexts=stable(config["contexts"]),
         seed=construction_seed,
-        code=script_code("qx_contexts.py"),
+        condition="QX",
+        code=script_code("swapped_contexts.py"),
     script:
-        "../workflow/scripts/qx_contexts.py"
+        "../workflow/scripts/swapped_contexts.py"

@@ -45,7 +45,7 @@ from grabrag.swap_audit import (
     reference_comparison,
     write_audit_csv,
 )
-from grabrag.swap_contexts import QC_ROLE, build_qc_rows, build_qx_rows
+from grabrag.swap_contexts import QC_ROLE, build_qc_rows, build_qx_rows, swapped_condition_rows
 from grabrag.swaps import (
     NUMERIC_FRACTION,
     YEAR_DELTAS,
@@ -999,6 +999,12 @@ def test_qx_rows_hold_the_gold_passage_and_its_swapped_twin(counter) -> None:
     assert [r["qid"] for r in qc_rows] == ["a"]
     with pytest.raises(ValueError, match="at least 2 passages"):
         build_qx_rows(questions, records, retrieval, corpus, 42, counter, n_passages=1)
+    # QX keeps exactly QC's questions: the ones QC lacks are dropped and named
+    rows, report = swapped_condition_rows(
+        "QX", questions, records, retrieval, corpus, qc_rows, seed=42, counter=counter
+    )
+    assert [r["qid"] for r in rows] == ["a"]
+    assert (report["qx_rows"], report["dropped_not_in_qc"]) == (1, ["d"])
 
 
 def test_qc_rows_refuse_records_from_another_question_order(counter) -> None:

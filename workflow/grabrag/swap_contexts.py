@@ -142,3 +142,39 @@ def _swap_rows(
     if with_original:
         report["original_cut_by_token_cap"] = lost_original
     return rows, report
+
+
+# What each swapped condition is built by, and the question set it is restricted to.
+_SWAPPED = {
+    # QC stays a subset of the paired question set: a question dropped from Q0 for too few
+    # hard negatives is dropped here too.
+    "QC": (build_qc_rows, "dropped_not_in_paired_set"),
+    # QX holds exactly QC's questions: it needs one clean hard negative fewer, so on its own
+    # it could keep a question that QC (and so HwSA's pairing) lacks.
+    "QX": (build_qx_rows, "dropped_not_in_qc"),
+}
+
+
+def swapped_condition_rows(
+    condition: str,
+    questions: Sequence[dict[str, Any]],
+    swap_records: Sequence[dict[str, Any]],
+    retrieval: dict[str, dict[str, Any]],
+    corpus: dict[str, dict[str, str]],
+    paired: Sequence[dict[str, Any]],
+    seed: int,
+    counter: TokenCounter,
+    n_passages: int = 5,
+    max_tokens: int = 1500,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The rows of ``condition`` (QC or QX) for the questions of the ``paired`` condition's
+    rows (Q0 for QC, QC for QX), and the builder's report with the row count and the
+    questions dropped for not being there."""
+    build, dropped = _SWAPPED[condition]
+    rows, report = build(
+        questions, swap_records, retrieval, corpus, seed, counter, n_passages, max_tokens
+    )
+    kept = {r["qid"] for r in paired}
+    unpaired = [r["qid"] for r in rows if r["qid"] not in kept]
+    rows = [r for r in rows if r["qid"] in kept]
+    return rows, {**report, f"{condition.lower()}_rows": len(rows), dropped: unpaired}
