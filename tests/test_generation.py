@@ -299,6 +299,12 @@ def test_generator_checks_this_llama_cpp_build_before_loading(tmp_path: Path) ->
         LlamaGenerator(missing, settings, n_threads=1, n_gpu_layers=-1)
     with pytest.raises(GenerationError, match="does not exist"):
         LlamaGenerator(missing, settings, n_threads=1, n_gpu_layers=-1, allow_cpu=True)
+    # the model jobs build theirs from the model's config entry, with the same checks
+    entry = {"n_gpu_layers": -1, "allow_cpu": False, "chat_format": None}
+    with pytest.raises(GenerationError, match=expected):
+        LlamaGenerator.for_model(missing, settings, entry, n_threads=1)
+    with pytest.raises(GenerationError, match="does not exist"):
+        LlamaGenerator.for_model(missing, settings, {**entry, "allow_cpu": True}, n_threads=1)
 
 
 def test_model_scripts_import_llama_cpp_before_numpy_and_torch() -> None:

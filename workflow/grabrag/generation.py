@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -144,6 +144,25 @@ def parse_output(raw: str, finish_reason: str | None) -> Parsed:
 
 class LlamaGenerator:
     """One loaded GGUF model; greedy, grammar-constrained chat completions."""
+
+    @classmethod
+    def for_model(
+        cls,
+        model_path: str | Path,
+        settings: GenerationSettings,
+        model: Mapping[str, Any],
+        n_threads: int,
+    ) -> LlamaGenerator:
+        """A generator for one configured model: its ``models.<name>`` entry says how many
+        layers go to the GPU, whether running on the CPU is allowed, and the chat format."""
+        return cls(
+            model_path,
+            settings,
+            n_threads=n_threads,
+            n_gpu_layers=model["n_gpu_layers"],
+            allow_cpu=model["allow_cpu"],
+            chat_format=model["chat_format"],
+        )
 
     def __init__(
         self,

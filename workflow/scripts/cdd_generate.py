@@ -27,13 +27,8 @@ def main(smk):
     # generation.max_tokens is replaced by cdd.step_max_tokens (rules/cdd.smk), so the
     # preflight budget and every call's default limit are the step limit.
     generation = settings_from(smk.params.generation)
-    generator = LlamaGenerator(
-        resolve(smk.input.model),
-        generation,
-        n_threads=smk.threads,
-        n_gpu_layers=model["n_gpu_layers"],
-        allow_cpu=model["allow_cpu"],
-        chat_format=model["chat_format"],
+    generator = LlamaGenerator.for_model(
+        resolve(smk.input.model), generation, model, n_threads=smk.threads
     )
     generator.preflight(preflight_calls(rows, cb_rows, generation.max_tokens))
 

@@ -34,13 +34,8 @@ def main(smk):
         temperature=settings.temperature,
         seed=settings.seed,
     )
-    generator = LlamaGenerator(
-        resolve(smk.input.evaluator),
-        settings,
-        n_threads=smk.threads,
-        n_gpu_layers=evaluator["n_gpu_layers"],
-        allow_cpu=evaluator["allow_cpu"],
-        chat_format=evaluator["chat_format"],
+    generator = LlamaGenerator.for_model(
+        resolve(smk.input.evaluator), settings, evaluator, n_threads=smk.threads
     )
     generator.preflight(call for row in rows for call in preflight_messages(row, max_tokens))
     checkpoint = Path(smk.params.checkpoint)

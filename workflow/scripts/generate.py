@@ -17,13 +17,8 @@ def main(smk):
     prompts = list(smk.output.keys())
     rows = read_jsonl(smk.input.contexts)
     model = smk.params.model
-    generator = LlamaGenerator(
-        resolve(smk.input.model),
-        settings_from(smk.params.generation),
-        n_threads=smk.threads,
-        n_gpu_layers=model["n_gpu_layers"],
-        allow_cpu=model["allow_cpu"],
-        chat_format=model["chat_format"],
+    generator = LlamaGenerator.for_model(
+        resolve(smk.input.model), settings_from(smk.params.generation), model, n_threads=smk.threads
     )
     generator.preflight(
         (f"question {row['qid']} ({prompt})", messages_for(prompt, row["question"], row["context"]))
