@@ -63,9 +63,7 @@ rule abstention_over_datasets:
 rule tables:
     input:
         metrics=expand("results/metrics/{dataset}.csv", dataset=DATASETS),
-        p3_sweeps=files(
-            "results/policies/{model}/{dataset}/P3_sweep.csv", TABLE_CELLS["p3_sweeps"]
-        ),
+        p3_sweeps=files("results/policies/{model}/{dataset}/P3_sweep.csv", TABLE_CELLS["p3_sweeps"]),
         reports=expand(
             "results/generation/{model}/{dataset}/report.json",
             model=MODELS,
