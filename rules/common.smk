@@ -20,9 +20,20 @@ from grabrag.conditions import SEED_COMPARED
 from grabrag.config import validate_config
 from grabrag.contexts import CONDITIONS
 from grabrag.errors import ConfigError
-from grabrag.figures import DECISIONS, EVID_SWEEPS, FIGURES, P3_SWEEPS, figure_names, figure_spec
+from grabrag.figures import (
+    DECISIONS,
+    EVID_SWEEPS,
+    FIGURES,
+    FUSION,
+    P3,
+    P3_SWEEPS,
+    figure_names,
+    figure_spec,
+)
+from grabrag.policies import p3_sweep_grid
 from grabrag.prompts import CLOSED_BOOK_PROMPT, CONTEXT_PROMPTS
 from grabrag.tables import table_names
+from grabrag.tabular import render_caption
 
 try:
     config.update(validate_config(config))
@@ -34,6 +45,8 @@ GRABRAG_ENV = "../envs/grabrag.yaml"
 RESOURCES = config["resources_dir"]
 DATASETS = sorted(config["datasets"])
 MODELS = sorted(config["models"])
+# The order tables and figures list models and datasets in: the config's.
+LISTED_ORDER = {"models": list(config["models"]), "datasets": list(config["datasets"])}
 GENERATION_CONDITIONS = config["generation"]["conditions"]
 POLICIES = config["policies"]["names"]
 
@@ -79,10 +92,10 @@ CDD_BASELINES = [p for p in POLICIES if registry.CDD_CELL in registry.policy(p).
 
 def table_caption(name):
     """A table's caption, from workflow/report/tables/<name>.rst: the report shows the
-    file, and the Markdown and LaTeX versions of the table carry its text ("\\@" in the
-    file keeps reStructuredText from making "HwSA@QC" an e-mail link)."""
+    file, and the Markdown and LaTeX versions of the table carry its text, rendered with
+    this config as the report renders it."""
     path = Path(workflow.basedir) / "workflow" / "report" / "tables" / f"{name}.rst"
-    return " ".join(path.read_text(encoding="utf-8").split()).replace("\\@", "@")
+    return render_caption(path.read_text(encoding="utf-8"), config)
 
 
 # What this config turns on, for the tables and figures it produces (grabrag.tables).
@@ -478,10 +491,17 @@ def figure_cells(wildcards):
     return cells_by_input
 
 
-def figure_fusion(wildcards):
-    """The fusion settings, for a figure that draws the EvidentialRAG sweep (only then, so
-    editing them reruns no other figure)."""
-    return fusion_settings() if EVID_SWEEPS in figure_spec(wildcards.figure).reads else {}
+def figure_settings(wildcards):
+    """The config settings a figure draws with (grabrag.figures.FIGURES' ``settings``),
+    only those, so editing one reruns the figures that show it and no other."""
+    available = {
+        FUSION: fusion_settings,
+        P3: lambda: {
+            "cutoff": config["policies"]["confidence_cutoff"],
+            "threshold": config["policies"]["f1_threshold"],
+        },
+    }
+    return {name: available[name]() for name in figure_spec(wildcards.figure).settings}
 
 
 def figure_inputs(wildcards):
@@ -518,6 +538,7 @@ def all_targets():
         targets.append(f"results/contexts/{dataset}/report.json")
         targets += [
             f"results/qc/{dataset}/summary.json",
+            f"results/qc/{dataset}/audit_sample.csv",
             CONTEXT_FILE.format(dataset=dataset, condition="QC"),
         ]
         if "QX" in GENERATION_CONDITIONS:

@@ -89,6 +89,12 @@ rule evidential_sweep:
 
 rule evidential_efficiency:
     input:
+        p0=expand(
+            GENERATION_FILE,
+            condition=GENERATION_CONDITIONS,
+            prompt="P0",
+            allow_missing=True,
+        ),
         p1=expand(
             GENERATION_FILE,
             condition=GENERATION_CONDITIONS,

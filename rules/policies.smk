@@ -60,6 +60,9 @@ rule p3_sweep:
     conda:
         GRABRAG_ENV
     params:
+        grid=p3_sweep_grid(
+            config["policies"]["f1_threshold"], config["policies"]["confidence_cutoff"]
+        ),
         code=script_code("p3_sweep.py"),
     script:
         "../workflow/scripts/p3_sweep.py"

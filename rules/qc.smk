@@ -38,7 +38,6 @@ rule swaps:
         swaps="results/qc/{dataset}/swaps.jsonl",
         table="results/qc/{dataset}/swaps.csv",
         summary="results/qc/{dataset}/summary.json",
-        audit="results/qc/{dataset}/audit_sample.csv",
     log:
         "results/logs/swaps/{dataset}.log",
     conda:
@@ -47,7 +46,6 @@ rule swaps:
     params:
         ner=stable(config["ner"]),
         seed=construction_seed,
-        audit_size=config["qc"]["audit_size"],
         code=script_code("swaps.py"),
     script:
         "../workflow/scripts/swaps.py"
@@ -75,6 +73,26 @@ rule qc_contexts:
         code=script_code("swapped_contexts.py"),
     script:
         "../workflow/scripts/swapped_contexts.py"
+
+
+# The quality audit's sample (Appendix C): drawn from the QC rows, so every rated
+# question has an HwSA@QC to recompute.
+rule audit_sample:
+    input:
+        swaps="results/qc/{dataset}/swaps.jsonl",
+        qc="results/contexts/{dataset}/QC.jsonl",
+    output:
+        audit="results/qc/{dataset}/audit_sample.csv",
+    log:
+        "results/logs/audit_sample/{dataset}.log",
+    conda:
+        GRABRAG_ENV
+    params:
+        audit_size=config["qc"]["audit_size"],
+        seed=construction_seed,
+        code=script_code("audit_sample.py"),
+    script:
+        "../workflow/scripts/audit_sample.py"
 
 
 # QX (inter-context conflict): the original gold passage and its swapped twin

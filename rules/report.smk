@@ -122,6 +122,7 @@ rule tables:
             {name: {**spec, "base_seed": config["seed"]} for name, spec in SEED_VARIANTS.items()}
         ),
         fusion=fusion_settings(),
+        order=LISTED_ORDER,
         paper_outputs=stable(
             {
                 "ner_backend": config["ner"]["backend"],
@@ -153,7 +154,8 @@ rule figure:
     conda:
         GRABRAG_ENV
     params:
-        fusion=figure_fusion,
+        settings=figure_settings,
+        order=LISTED_ORDER,
         code=script_code("figure.py"),
         cells=figure_cells,
     script:

@@ -158,6 +158,24 @@ def test_unknown_key_message_names_the_key(embedded: dict) -> None:
         validate_config(embedded)
 
 
+@pytest.mark.parametrize(
+    ("bm25", "dense", "expected"),
+    [
+        (1.5, 0.5, "retrieval.bm25_weight"),  # outside [0, 1]
+        (0.5, 1.2, "retrieval.dense_weight"),
+        (0.7, 0.5, "sum to 1.2; they must sum to 1"),  # each in range, not alpha / 1 - alpha
+    ],
+)
+def test_retrieval_weights_are_alpha_and_one_minus_alpha(
+    embedded: dict, bm25: float, dense: float, expected: str
+) -> None:
+    embedded["retrieval"].update(bm25_weight=bm25, dense_weight=dense)
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        validate_config(embedded)
+    embedded["retrieval"].update(bm25_weight=0.3, dense_weight=0.7)
+    assert validate_config(embedded)["retrieval"]["dense_weight"] == 0.7
+
+
 def test_asset_with_two_sources_is_rejected(embedded: dict) -> None:
     embedded["assets"]["squad-v1.1-dev"]["path"] = "/tmp/x.json"
     with pytest.raises(ConfigError, match="exactly one source"):

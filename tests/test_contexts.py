@@ -141,17 +141,53 @@ def test_token_cap_cuts_the_longest_passages_first(counter) -> None:
     assert report["truncated_contexts"]["Q0"] == 1
 
 
-def test_answer_lost_to_the_cap_is_flagged(counter) -> None:
-    question = {
-        "qid": "q0",
-        "question": "?",
-        "answers": ["needle"],
-        "gold_passages": [_p("g", " ".join(["hay"] * 600) + " needle")],
-    }
+def _one_gold(text: str, answers: list[str]) -> tuple[list, dict, dict]:
+    question = {"qid": "q0", "question": "?", "answers": answers, "gold_passages": [_p("g", text)]}
     negatives = [_p(f"n{k}") for k in range(5)]
     corpus = {p["pid"]: p for p in [question["gold_passages"][0], *negatives]}
-    retrieval = {"q0": {"hard_negatives": [p["pid"] for p in negatives]}}
-    rows, report = build_contexts([question], retrieval, corpus, seed=42, counter=counter)
+    return [question], {"q0": {"hard_negatives": [p["pid"] for p in negatives]}}, corpus
+
+
+def test_the_cap_keeps_the_answer_of_a_reused_long_gold_passage(counter) -> None:
+    # one 400-token gold passage ("hay" and "needle" are one token each), the answer at
+    # token 349: Q100 reuses it five times, so water-filling cuts every copy to
+    # 1500 / 5 = 300 tokens, and its first 300 tokens lack the answer. Each copy keeps
+    # the 300-token window centred on it instead: start 349 - (300 - 1) // 2 = 200,
+    # clamped to 400 - 300 = 100, so the window is the passage's last 300 tokens.
+    words = ["hay"] * 400
+    words[349] = "needle"
+    text = " ".join(words)
+    assert counter.count(text) == 400
+    questions, retrieval, corpus = _one_gold(text, ["needle"])
+    rows, report = build_contexts(questions, retrieval, corpus, seed=42, counter=counter)
+    # Q50's three copies (1,200 tokens) and two short negatives fit uncut
+    for condition, copies, truncated in (("Q100", 5, True), ("Q50", 3, False)):
+        row = rows[condition][0]
+        golds = [p for p in row["passages"] if p["role"] == "gold"]
+        assert len(golds) == copies and row["truncated"] == truncated
+        assert row["answer_in_context"] and row["context_tokens"] <= 1500
+    q100 = [p for p in rows["Q100"][0]["passages"] if p["role"] == "gold"]
+    assert {p["window_start_token"] for p in q100} == {100}
+    assert {p["tokens"] for p in q100} == {300}
+    assert {p["text"] for p in q100} == {" ".join(words[100:])}
+    assert report["truncated_contexts_without_answer"] == {c: 0 for c in CONDITIONS}
+    # a passage whose head keeps the answer is cut from its tail as before
+    words[349], words[5] = "hay", "needle"
+    questions, retrieval, corpus = _one_gold(" ".join(words), ["needle"])
+    rows, _ = build_contexts(questions, retrieval, corpus, seed=42, counter=counter)
+    head = [p for p in rows["Q100"][0]["passages"] if p["role"] == "gold"]
+    assert {p["text"] for p in head} == {" ".join(words[:300])}
+    assert not any("window_start_token" in p for p in head)
+
+
+def test_answer_lost_to_the_cap_is_flagged(counter) -> None:
+    # the answer span (4 tokens) is longer than a copy's share of a 10-token budget (2):
+    # no window holds it, the copies keep their heads and the loss is counted
+    text = " ".join(["hay"] * 60) + " needle haystack"
+    questions, retrieval, corpus = _one_gold(text, ["needle haystack"])
+    rows, report = build_contexts(
+        questions, retrieval, corpus, seed=42, counter=counter, max_tokens=10
+    )
     assert rows["Q100"][0]["truncated"] and not rows["Q100"][0]["answer_in_context"]
     assert report["truncated_contexts_without_answer"]["Q100"] == 1
     assert report["truncated_contexts_without_answer"]["Q0"] == 0

@@ -583,9 +583,23 @@ def test_evidential_ece_and_route_shares() -> None:
     assert keyed[("Q100", "route_direct")]["value"] == 0.5
     assert keyed[("QC", "route_conflict_aware")]["value"] == pytest.approx(1 / 3)
     assert keyed[("pooled", "route_abstain")]["value"] == pytest.approx(2 / 7)
-    # P1 (naive RAG) gets the Eq. 26 ECE from its own confidence; P2 does not
-    p1 = evaluate_dataset("ds", {("m", "Q100", "P1"): P1["Q100"], ("m", "Q100", "P2"): P1["Q100"]},
-                          {c: rows for (_, c), rows in ctx.items()}, n_resamples=50)  # fmt: skip
+    # P0 (the paper's naive RAG) and P1 beside it get the Eq. 26 ECE from their own
+    # confidence; P2 does not
+    p1 = evaluate_dataset(
+        "ds",
+        {("m", "Q100", policy): P1["Q100"] for policy in ("P0", "P1", "P2")},
+        {c: rows for (_, c), rows in ctx.items()},
+        n_resamples=50,
+    )
     metrics = {(r["policy"], r["metric"]) for r in p1}
-    assert ("P1", "ece_answer_15") in metrics and ("P2", "ece_answer_15") not in metrics
+    assert ("P0", "ece_answer_15") in metrics and ("P1", "ece_answer_15") in metrics
+    assert ("P2", "ece_answer_15") not in metrics
     assert ("P1", "route_direct") not in metrics
+    # by hand, one row a bin: 90 right, 80 right, 60 wrong, 30 abstained (not correct):
+    # (0.1 + 0.2 + 0.6 + 0.3) / 4
+    by_policy = {
+        r["policy"]: r["value"]
+        for r in p1
+        if r["metric"] == "ece_answer_15" and r["condition"] == "Q100"
+    }
+    assert by_policy["P0"] == pytest.approx(0.3) and by_policy["P1"] == pytest.approx(0.3)

@@ -31,6 +31,7 @@ from grabrag.evidential import (
     evaluator_messages,
     evid_confidence,
     evidence_vectors,
+    fold_groups,
     fold_order,
     from_evidence,
     fuse,
@@ -245,6 +246,39 @@ def test_fuse_folds_left_to_right() -> None:
     expected = dempster(dempster(M_A, M_B), m_c)
     np.testing.assert_allclose(b, expected[0])
     assert u == pytest.approx(expected[1])
+
+
+def test_fuse_combines_a_fold_group_before_folding_it_in() -> None:
+    # y = Paris (9), x = Lyon (9), as in test_fold_order_is_independent_of_the_context_order:
+    # in turn, [y, y, x] gives U = 639.8/1331 and [y, x, y] 289.88/1331; with the last two
+    # as one group, y (+) (y (+) x) = y (+) (x (+) y) = 289.88/1331 either way (the pairwise
+    # rule is commutative, so this is [x, y, y])
+    y, x = from_evidence([9, 0]), from_evidence([0, 9])
+    assert fuse([y, y, x], LAMBDA)[1] == pytest.approx(639.8 / 1331)
+    assert fuse([y, y, x], LAMBDA, [1, 2])[1] == pytest.approx(289.88 / 1331)
+    assert fuse([y, x, y], LAMBDA, [1, 2])[1] == pytest.approx(289.88 / 1331)
+    np.testing.assert_allclose(
+        fuse([y, y, x], LAMBDA, [1, 2])[0], fuse([y, x, y], LAMBDA, [1, 2])[0]
+    )
+    # groups of one are the plain fold; sources after the groups fold one by one
+    np.testing.assert_allclose(fuse([y, y, x], LAMBDA, [1, 1, 1])[0], fuse([y, y, x], LAMBDA)[0])
+    assert fuse([y, y, x], LAMBDA, [1])[1] == pytest.approx(639.8 / 1331)
+    with pytest.raises(ValueError, match="partition"):
+        fuse([y, x], LAMBDA, [3])
+
+
+def test_fold_groups_tie_only_a_passage_and_its_edit() -> None:
+    question = "Where is it?"  # overlap 2 with every passage below
+    passages = [
+        {"pid": "g", "title": "", "text": "Paris it is."},  # QX's gold ...
+        {"pid": "a", "title": "", "text": "Lyon is it."},
+        {"pid": "g", "title": "", "text": "Lyon it is."},  # ... and its swapped twin
+        {"pid": "b", "title": "", "text": "Rome is it."},
+        {"pid": "b", "title": "", "text": "Rome is it."},  # a reused copy
+    ]
+    # by pid: a, then b's copies one by one, then the g pair (one group, text order inside)
+    assert fold_groups(question, passages) == [[1], [3], [4], [2, 0]]
+    assert fold_order(question, passages) == [1, 3, 4, 2, 0]
 
 
 def test_fuse_edge_cases() -> None:
@@ -496,6 +530,26 @@ def test_alignment_is_conservative() -> None:
     assert frame == ["March 5, 1990", "1990", "1991", "NYC", "New York City",
                      "the Denver Broncos", "1.5", "15"]  # fmt: skip
     assert index == [0, 1, 0, 2, 3, 4, None, 5, 5, 6, 7]
+
+
+def test_alignment_never_fuzzy_merges_a_value_the_evaluator_called_competing() -> None:
+    # token F1 5/6 = 0.83 >= 0.8: merged, unless the evaluator marked the second value as
+    # competing with the first (section 3.3: incompatible when the stance is competing)
+    pair = ["King Juan Carlos I of Spain", "King Juan Carlos II of Spain"]
+    assert align_claims(pair)[1] == [0, 0]
+    assert align_claims(pair, competing=[False, True]) == (pair, [0, 1])
+    # the exact stages still merge a competing value (same normalised text or date)
+    assert align_claims(["Juan Carlos I", "juan carlos i"], competing=[False, True])[1] == [0, 0]
+    assert align_claims(["5 March 1990", "March 5, 1990"], competing=[False, True])[1] == [0, 0]
+    # nor does containment merge it ("Obama" inside "Barack Obama")
+    assert align_claims(["Barack Obama", "Obama"], competing=[False, True])[1] == [0, 1]
+    with pytest.raises(ValueError, match="competing flags"):
+        align_claims(pair, competing=[True])
+    # through the evaluations: the stance is read from each source
+    rival = Evaluation("c", pair[1], "competing", "r", 8.0, EVAL_OK)
+    same = Evaluation("c", pair[0], "supports", "r", 8.0, EVAL_OK)
+    frame, masses = question_masses([same, rival])
+    assert frame == pair and len(masses) == 2
 
 
 def test_alignment_f1_merge_never_crosses_numbers() -> None:

@@ -370,11 +370,17 @@ def test_efficiency_summary_numbers() -> None:
          "logical_decisions": 7, "executed_passes": 7}
         for row, extra in zip(evid, (0.5, 1.5), strict=True)
     ]  # fmt: skip
-    summary = efficiency_summary(p1, {EVID: evid, EVID_CB: evid_cb}, cb, reports)
-    p1_entry, evid_entry = summary["policies"]["P1"], summary["policies"][EVID]
-    assert p1_entry["seconds_per_query"] == 2.0 and p1_entry["relative_cost"] == 1.0
-    assert (p1_entry["logical_decisions"], p1_entry["executed_passes"]) == (1.0, 1.0)
-    assert p1_entry["peak_memory_mb"] is None
+    # naive RAG (P0, the base of Eq. 28) at 2.0 s/query; P1 beside it at 1.0 (warm prefix)
+    p1_warm = [{"seconds": 0.5}, {"seconds": 1.5}]
+    summary = efficiency_summary(
+        {"P0": p1, "P1": p1_warm}, {EVID: evid, EVID_CB: evid_cb}, cb, reports
+    )
+    p0_entry, evid_entry = summary["policies"]["P0"], summary["policies"][EVID]
+    assert list(summary["policies"]) == ["P0", "P1", EVID, EVID_CB]
+    assert p0_entry["seconds_per_query"] == 2.0 and p0_entry["relative_cost"] == 1.0
+    assert (p0_entry["logical_decisions"], p0_entry["executed_passes"]) == (1.0, 1.0)
+    assert p0_entry["peak_memory_mb"] is None
+    assert summary["policies"]["P1"]["relative_cost"] == 0.5  # 1.0 / 2.0, against P0
     assert evid_entry["seconds_per_query"] == 5.0 and evid_entry["relative_cost"] == 2.5
     assert evid_entry["evaluator_seconds_per_query"] == 4.0
     assert (evid_entry["logical_decisions"], evid_entry["executed_passes"]) == (6.0, 6.0)
@@ -384,11 +390,14 @@ def test_efficiency_summary_numbers() -> None:
     assert cb_entry["seconds_per_query"] == 6.0 and cb_entry["relative_cost"] == 3.0
     assert (cb_entry["logical_decisions"], cb_entry["executed_passes"]) == (7.0, 7.0)
     assert evid_entry["closed_book_seconds_per_query"] == 0.0
-    # no P1 timing: relative cost undefined (None in the JSON), never a division by zero
-    empty = efficiency_summary([], {EVID: evid}, cb, [])
-    assert empty["policies"]["P1"]["seconds_per_query"] is None
+    # no P0 timing: relative cost undefined (None in the JSON), never a division by zero
+    empty = efficiency_summary({"P0": []}, {EVID: evid}, cb, [])
+    assert empty["policies"]["P0"]["seconds_per_query"] is None
     assert empty["policies"][EVID]["relative_cost"] is None
     assert empty["policies"][EVID]["peak_memory_mb"] is None
+    # without naive RAG's rows there is no base: an error that names it
+    with pytest.raises(ValueError, match="P0 generation rows"):
+        efficiency_summary({"P1": p1}, {EVID: evid}, cb, reports)
 
 
 def test_a_permuted_context_keeps_the_route() -> None:
@@ -424,6 +433,39 @@ def test_a_permuted_context_keeps_the_route() -> None:
     ]}  # fmt: skip
     with pytest.raises(DataError, match="fold_rank"):
         question_state(old, None, 0.6, 0.35, 0.65, 0.8)
+
+
+def test_qx_gold_and_twin_fold_the_same_whichever_comes_first() -> None:
+    # QX: the gold passage and its swapped twin share a pid and (here) their overlap with
+    # the question, so only their text orders them. Another passage "a" (Paris, evidence
+    # 9) folds first. In turn, [Paris, Paris, Lyon] gives U = 639.8/1331 (conflict-aware)
+    # and [Paris, Lyon, Paris] 289.88/1331 (direct; test_evidential's hand computation).
+    # The pair is one fold group: both see the inventory from before it (["Paris"]) and
+    # are combined with each other first, so a (+) (Paris (+) Lyon) = 289.88/1331, with
+    # Paris as the gold passage's text or as the twin's.
+    llm = StubLLM({"Paris is it.": ("Paris", 9), "A Paris it is.": ("Paris", 9),
+                   "Lyon it is.": ("Lyon", 9)})  # fmt: skip
+    states = []
+    for gold_text, twin_text in (
+        ("A Paris it is.", "Lyon it is."),
+        ("Lyon it is.", "A Paris it is."),
+    ):
+        passages = [
+            {"pid": "g", "title": "", "text": gold_text, "role": "gold"},
+            {"pid": "a", "title": "", "text": "Paris is it.", "role": "hard_negative"},
+            {"pid": "g", "title": "", "text": twin_text, "role": "swapped_gold"},
+        ]
+        row = {**context("q", 0, ["x"], "QX"), "passages": passages}
+        evaluated = evaluate_question(llm, row, 64)
+        entries = evaluated["evaluations"]
+        assert [e["fold_group"] for e in entries] == [1, 2, 2]
+        assert [e["inventory"] for e in entries] == [[], ["Paris"], ["Paris"]]
+        states.append(question_state(evaluated, None, 0.6, 0.35, 0.65, 0.8))
+    assert [s["u_global"] for s in states] == pytest.approx([289.88 / 1331] * 2)
+    assert {s["route"] for s in states} == {"direct"}
+    # identical passages (Q100's reused gold) still fold one by one
+    row = context("q", 0, ["Paris is it.", "Paris is it."], "Q100")
+    assert [e["fold_group"] for e in evaluate_question(llm, row, 64)["evaluations"]] == [1, 2]
 
 
 def test_closed_book_source_at_q0_abstains_in_the_workflow_state() -> None:

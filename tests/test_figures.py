@@ -90,3 +90,59 @@ def test_qc_breakdown_shares_per_model_in_policy_order() -> None:
     heights = [round(bar.get_height(), 6) for bar in ax.patches]
     assert heights == [50.0, 0.0, 0.0, 25.0, 50.0, 0.0, 25.0, 50.0, 0.0]
     assert [t.get_text() for t in ax.texts] == ["n=4", "n=2", "n=0"]
+
+
+def _p3_sweep_frame() -> pl.DataFrame:
+    # two cells; at cutoff 60 HwSA@QC is 0.1 + threshold / 2 in one cell and twice that
+    # in the other; at cutoff 50 a constant 0.9 (never drawn below)
+    rows = []
+    for model, scale in (("m", 1.0), ("m2", 2.0)):
+        for cutoff in (50, 60):
+            for threshold in (0.6, 0.7, 0.8):
+                hwsa = 0.9 if cutoff == 50 else scale * (0.1 + threshold / 2) / 2
+                rows.append((model, "d", threshold, cutoff, hwsa, 0.2, 0.8))
+    return frame(rows, ("model", "dataset", "threshold", "cutoff", "hwsa_qc", "fac_q100",
+                        "ans_q100"))  # fmt: skip
+
+
+def test_p3_sweep_figure_draws_the_configured_cutoff_and_threshold() -> None:
+    fig = f.p3_sweep_figure(_p3_sweep_frame(), cutoff=60, threshold=0.7)
+    (ax,) = fig.axes
+    assert ax.get_title() == "P3 threshold sweep (confidence cutoff 60)"
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    # the mean over the two cells: 1.5 x (0.1 + t / 2) / 2, in percent
+    assert list(lines["HwSA@QC"].get_ydata()) == pytest.approx(
+        [75 * (0.1 + t / 2) for t in (0.6, 0.7, 0.8)]
+    )
+    marker = lines["threshold used (0.7)"]
+    assert list(marker.get_xdata()) == [0.7, 0.7]
+
+
+def test_figure_and_table_captions_read_the_config() -> None:
+    from grabrag.tabular import render_caption
+
+    from .conftest import REPO
+
+    config = {
+        "policies": {"confidence_cutoff": 60, "f1_threshold": 0.7},
+        "evidential": {"lam": 0.4, "tau1": 0.3, "tau2": 0.7},
+    }
+    tables = REPO / "workflow/report/tables"
+    caption = render_caption((tables / "table12_p3_sweep.rst").read_text(), config)
+    assert caption == "Table 12: P3 sensitivity to the F1 threshold, confidence cutoff 60 (%)."
+    cutoff = render_caption((tables / "table12b_cutoff_sweep.rst").read_text(), config)
+    assert "F1 threshold, 0.7 (the paper: 0.8)" in cutoff and "cutoff, 60 (the paper" in cutoff
+    lam = render_caption((tables / "evid_lambda_sweep.rst").read_text(), config)
+    assert "lambda, 0.4)" in lam and "(tau1 0.3, tau2 0.7)" in lam
+    # the figures' captions, as the report renders them
+    figures = (REPO / "workflow/report/figure.rst").read_text()
+    for name, expected in (
+        ("p3_sweep", "cutoff (60)"),
+        ("p3_sweep", "threshold (0.7)"),
+        ("lambda_sweep", "(tau1 0.3, tau2 0.7)"),
+    ):
+        text = render_caption(figures.replace("snakemake.wildcards.figure", repr(name)), config)
+        assert expected in text, (name, text)
+    # a caption naming a setting the config lacks fails loudly, not with a blank
+    with pytest.raises(Exception, match="confidence_cutoff"):
+        render_caption((tables / "table12_p3_sweep.rst").read_text(), {"policies": {}})

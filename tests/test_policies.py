@@ -529,3 +529,16 @@ def test_decision_rows_name_their_cell() -> None:
     # a policy that returns another cell's rows is a bug, named as such
     with pytest.raises(ValueError, match="policy P1: .* question 'q1' says condition 'QC'"):
         with_cell(rows, "m", "nq", "Q0", "P1")
+
+
+def test_p3_sweep_grid_holds_the_configured_setting() -> None:
+    from grabrag.policies import SWEEP_CUTOFFS, SWEEP_THRESHOLDS, p3_sweep_grid
+
+    assert p3_sweep_grid(0.8, 50) == {
+        "thresholds": list(SWEEP_THRESHOLDS),
+        "cutoffs": list(SWEEP_CUTOFFS),
+    }
+    # a setting off the grid joins it, in order, so Table 12 and the figure find it
+    grid = p3_sweep_grid(0.75, 45)
+    assert grid["thresholds"] == [0.0, 0.2, 0.4, 0.6, 0.7, 0.75, 0.8, 0.9, 1.0]
+    assert grid["cutoffs"] == [0, 20, 40, 45, 50, 60, 80]

@@ -193,13 +193,15 @@ def test_module_policy_reaches_decisions_metrics_tables_and_figures(
             rules.append(row["rule"])
     assert "too_long" in rules and "generated" in rules, rules
 
-    # Metrics: every metric the paper's policies get.
+    # Metrics: every metric the paper's policies get (P2's: P0 and P1 also get
+    # EvidentialRAG's Eq. 26-27 ECE, as its naive RAG and the row beside it).
     with (results / "metrics/nq_bigbench.csv").open(newline="") as handle:
         metrics = list(csv.DictReader(handle))
     by_policy: dict[str, set[tuple[str, str]]] = {}
     for row in metrics:
         by_policy.setdefault(row["policy"], set()).add((row["condition"], row["metric"]))
-    assert by_policy["TERSE"] == by_policy["P0"]
+    assert by_policy["TERSE"] == by_policy["P2"]
+    assert {metric for _, metric in by_policy["P0"] - by_policy["P2"]} == {"ece_answer_15"}
     q100 = _read_jsonl(results / "policies/micro/nq_bigbench/Q100/TERSE.jsonl")
     answer_rate = next(
         float(r["value"])

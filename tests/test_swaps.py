@@ -49,6 +49,7 @@ from grabrag.swap_contexts import QC_ROLE, build_qc_rows, build_qx_rows, swapped
 from grabrag.swaps import (
     NUMERIC_FRACTION,
     YEAR_DELTAS,
+    accepted,
     build_swaps,
     locate_answer,
     post_swap_reason,
@@ -308,11 +309,37 @@ def test_tier1_clamps_to_2099_and_falls_through_when_clamp_changes_nothing() -> 
     up = seed_for(lambda r: r.choice(YEAR_DELTAS) == 30)
     record = swap(question(["2090"], "Planned for 2090."), seed=up)
     assert (record["tier"], record["replacement"]) == ("1", "2099")
-    # 2099 + 30 clamps to 2099 itself: tier 1 fails and tier 2 (numeric) takes over
+    # 2099 + 30 clamps to 2099 itself: tier 1 fails, and tier 2 does not take a year
+    # (a numeric shift would plant 2099 +- 10-30 %, no plausible year): the next tiers
+    # find no entity here, so the question is skipped
     record = swap(question(["2099"], "Planned for 2099."), seed=up)
-    assert record["tier"] == "2" and record["tier_attempts"]["1"] == "year_unchanged_after_clamp"
+    assert record["status"] == "skipped"
+    assert record["tier_attempts"]["1"] == "year_unchanged_after_clamp"
+    assert record["tier_attempts"]["2"] == "year_not_numeric"
     down = seed_for(lambda r: r.choice(YEAR_DELTAS) == -30)
     assert swap(question(["1010"], "Built in 1010."), seed=down)["replacement"] == "1000"
+
+
+def test_a_failed_year_shift_never_becomes_a_numeric_shift() -> None:
+    # "1997" in "1997-2017": the +20 shift plants "2017-2017", discarded as an adjacent
+    # duplicate. Tier 2 used to take the year as a number and plant 1997 +- 10-30 %
+    # (2299, say); now the question goes on to tiers 3 and 4 (no entity here: skipped).
+    text = "The series ran 1997-2017 on the network."
+    plus20 = seed_for(lambda r: r.choice(YEAR_DELTAS) == 20)
+    record = swap(question(["1997"], text), seed=plus20)
+    assert record["status"] == "skipped" and record["skip_reason"] == "adjacent_duplicate"
+    assert record["tier_attempts"]["1"] == "adjacent_duplicate"
+    assert record["tier_attempts"]["2"] == "year_not_numeric"
+    # every other draw is a tier-1 year within tier 1's +-30
+    for seed in range(40):
+        record = swap(question(["1997"], text), seed=seed)
+        if record["status"] == "accepted":
+            assert record["tier"] == "1"
+            assert 1967 <= int(record["replacement"]) <= 2027
+    # the range itself as the answer: tier 1b moves both years by one delta
+    plus10 = seed_for(lambda r: r.choice(YEAR_DELTAS) == 10)
+    record = swap(question(["1997-2017"], text), seed=plus10)
+    assert (record["tier"], record["replacement"]) == ("1b", "2007-2027")
 
 
 def test_tier1b_mount_etna() -> None:
@@ -808,15 +835,33 @@ def _fake_accepted(n_by_tier: dict[str, int]):
     return records
 
 
-def test_audit_sample_is_stratified_by_tier_and_seeded() -> None:
+def _qc_rows(records, drop=()):
+    return [{"qid": r["qid"]} for r in accepted(records) if r["qid"] not in drop]
+
+
+def test_audit_sample_is_a_uniform_draw_from_the_qc_rows_and_seeded() -> None:
     records = _fake_accepted({"3": 30, "1": 10})
-    rows = audit_sample(records, n=10, seed=1)
-    assert Counter(r["tier"] for r in rows) == {"3": 7, "1": 3}  # 7.5/2.5: tie to tier order
+    # QC dropped five accepted swaps (too few clean hard negatives): never drawn
+    dropped = {r["qid"] for r in accepted(records)[:5]}
+    qc = _qc_rows(records, dropped)
+    rows = audit_sample(records, qc, n=10, seed=1)
+    assert len(rows) == 10 and not {r["qid"] for r in rows} & dropped
+    # uniform: random.Random(1).sample over the 35 QC rows in their order
+    expected = [r["qid"] for r in random.Random(1).sample(qc, 10)]
+    assert [r["qid"] for r in rows] == expected
+    assert [r["audit_id"] for r in rows] == list(range(1, 11))
     assert all(r["quality"] == "" for r in rows) and list(rows[0]) == list(AUDIT_COLUMNS)
     assert "Other" in rows[0]["modified_excerpt"] and "skipped" not in {r["qid"] for r in rows}
-    assert rows == audit_sample(records, n=10, seed=1)
-    assert rows != audit_sample(records, n=10, seed=2)
-    assert len(audit_sample(records, n=200, seed=1)) == 40  # fewer than n: all of them
+    assert rows == audit_sample(records, qc, n=10, seed=1)
+    assert rows != audit_sample(records, qc, n=10, seed=2)
+    assert len(audit_sample(records, qc, n=100, seed=1)) == 35  # fewer than n: all of them
+    # a QC row without an accepted swap: the files are from different runs
+    with pytest.raises(DataError, match="QC row nope has no accepted swap"):
+        audit_sample(records, [*qc, {"qid": "nope"}], n=10, seed=1)
+
+
+def _with_qc(records):
+    return records, _qc_rows(records)
 
 
 def _fill(path: Path, rows, values) -> None:
@@ -825,7 +870,7 @@ def _fill(path: Path, rows, values) -> None:
 
 
 def test_read_audit_returns_fluent_and_borderline(tmp_path: Path) -> None:
-    rows = audit_sample(_fake_accepted({"3": 4}), n=4, seed=0)
+    rows = audit_sample(*_with_qc(_fake_accepted({"3": 4})), n=4, seed=0)
     path = tmp_path / "audit.csv"
     write_audit_csv(path, rows)
     with pytest.raises(DataError, match=r"row 1 \(qid q\d\): quality is blank"):
@@ -841,7 +886,7 @@ def test_read_audit_returns_fluent_and_borderline(tmp_path: Path) -> None:
 
 
 def test_read_audit_rejects_bad_values_naming_row_and_value(tmp_path: Path) -> None:
-    rows = audit_sample(_fake_accepted({"3": 3}), n=3, seed=0)
+    rows = audit_sample(*_with_qc(_fake_accepted({"3": 3})), n=3, seed=0)
     path = tmp_path / "audit.csv"
     _fill(path, rows, ["fluent", "great", "broken"])
     with pytest.raises(DataError, match=rf"row 2 \(qid {rows[1]['qid']}\): quality is 'great'"):
@@ -946,6 +991,29 @@ def test_qc_rows_place_the_swapped_passage_among_clean_hard_negatives(counter) -
     random.Random(42 + 0).shuffle(expected)
     assert [p["pid"] for p in row["passages"]] == expected
     assert report["qc_rows"] == 1 and report["accepted_swaps"] == 2
+
+
+def test_the_token_cap_keeps_the_planted_and_the_original_answer(counter) -> None:
+    # a 301-token gold passage ("hay" and "Paris" are one token each) with the answer at
+    # its end; QX's five passages under a 200-token cap: the three negatives ("Neutral.",
+    # 2 tokens each) leave (200 - 6) / 2 = 97 tokens to each long passage. Their heads
+    # hold no answer; each keeps the window around its own: "Lyon" in the swapped
+    # passage, "Paris" in the original
+    text = " ".join(["hay"] * 300) + " Paris"
+    pool = EntityPool({"GPE": ["Lyon"]})
+    q = question(["Paris"], text, qid="a")
+    record = swap_question(0, q, pool, StubNer({"Paris": "GPE"}))
+    assert record["status"] == "accepted" and record["replacement"] == "Lyon"
+    corpus = {f"n{k}": {"pid": f"n{k}", "title": "", "text": "Neutral."} for k in range(3)}
+    retrieval = {"a": {"hard_negatives": ["n0", "n1", "n2"]}}
+    rows, report = build_qx_rows([q], [record], retrieval, corpus, 42, counter, max_tokens=200)
+    (row,) = rows
+    cut = {p["role"]: p for p in row["passages"] if "truncated_from_tokens" in p}
+    assert set(cut) == {"gold", QC_ROLE} and row["context_tokens"] <= 200
+    assert cut["gold"]["text"].endswith("hay Paris") and cut[QC_ROLE]["text"].endswith("hay Lyon")
+    assert cut["gold"]["window_start_token"] == cut[QC_ROLE]["window_start_token"] > 0
+    assert row["original_in_context"] and row["replacement_in_context"]
+    assert report["original_cut_by_token_cap"] == report["replacement_cut_by_token_cap"] == 0
 
 
 def test_qx_rows_hold_the_gold_passage_and_its_swapped_twin(counter) -> None:

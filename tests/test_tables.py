@@ -10,6 +10,7 @@ import pytest
 from grabrag.errors import DataError
 from grabrag.tables import (
     audit_hwsa_rows,
+    pct_ci,
     table_audit,
     table_fac,
     table_hwsa,
@@ -18,7 +19,7 @@ from grabrag.tables import (
     write_audit_hwsa,
     write_table,
 )
-from grabrag.tabular import Table, read_csvs
+from grabrag.tabular import Table, listed_in, read_csvs
 
 COLUMNS = ("model", "dataset", "policy", "condition", "metric", "value", "ci_low", "ci_high", "n")
 
@@ -221,12 +222,14 @@ def test_evid_sweep_tables_macro_average_cells() -> None:
     assert ablation["HwSA@QC"] == ["30.0", "70.0", "100.0"]
     assert ablation.rows[1]["variant"].endswith("(evidence averaging)")
     assert ablation.rows[2]["variant"].startswith("without dynamic routing")
-    # without the evaluator: naive RAG (P1) on the sweep's cells, from the metrics; the
-    # cell m/c is not in the sweep and stays out
+    # without the evaluator: naive RAG (P0, no abstention controller) on the sweep's
+    # cells, from the metrics; the cell m/c is not in the sweep and stays out. P1 follows
+    # in its own labelled row.
     metrics = frame(
         [
-            ("m", d, "P1", c, metric, v, v, v, n, None)
-            for d, qc in (("a", 0.8), ("b", 0.6), ("c", 0.0))
+            ("m", d, policy, c, metric, v, v, v, n, None)
+            for policy, shift in (("P0", 0.0), ("P1", 0.1))
+            for d, qc in (("a", 0.8 - shift), ("b", 0.6 - shift), ("c", 0.0))
             for c, metric, v, n in (
                 ("Q100", "answer_rate", 1.0, 10), ("Q100", "em", 0.7, 10),
                 ("Q100", "abstain_rate", 0.0, 10), ("QC", "answer_rate", qc, 10),
@@ -236,9 +239,12 @@ def test_evid_sweep_tables_macro_average_cells() -> None:
         ],
         (*COLUMNS, "reason"),
     )  # fmt: skip
-    naive = table_evid_ablation(_sweep(), 0.6, 0.35, 0.65, metrics).rows[-1]
-    assert naive["variant"] == "without evidential evaluator (naive RAG: P1)"
-    assert (naive["policy"], naive["cells"], naive["HwSA@QC"]) == ("P1", 2, "70.0")
+    naive, p1_row = table_evid_ablation(_sweep(), 0.6, 0.35, 0.65, metrics).rows[-2:]
+    assert naive["variant"] == "without evidential evaluator (naive RAG: P0)"
+    assert (naive["policy"], naive["cells"], naive["HwSA@QC"]) == ("P0", 2, "70.0")
+    # P1: QC (0.7 + 0.5) / 2, labelled as ours
+    assert (p1_row["policy"], p1_row["cells"], p1_row["HwSA@QC"]) == ("P1", 2, "60.0")
+    assert p1_row["variant"].startswith("P1 beside it (ours")
     # abstain (all): a = 2/20, b = 4/20 -> mean 15%
     assert (naive["abstain (all)"], naive["refusal F1"], naive["direct %"]) == (
         "15.0",
@@ -532,6 +538,14 @@ def test_section6_aggregates() -> None:
     assert got[("QC abstention rate", "all", "nq")] == "50.0"
     assert got[("QC abstention rate", "all", "hotpotqa")] == "80.0"
     assert got[("QC abstention difference", "phi", "")] == "-30.0"  # nq - hotpotqa (sorted)
+    # in the paper config's order (NQ, HotpotQA) the difference has the paper's sign:
+    # "Phi abstains 26.8 points more on HotpotQA"
+    with listed_in(["phi", "qwen"], ["nq", "hotpotqa"]):
+        ordered = table_section6(metrics).rows
+    differences = [r for r in ordered if r["Quantity"].startswith("QC abstention difference")]
+    assert differences[0]["Quantity"].endswith("hotpotqa - nq")
+    assert (differences[0]["Model"], differences[0]["Value"]) == ("phi", "+30.0")
+    assert [r["Dataset"] for r in ordered[:2]] == ["nq", "hotpotqa"]
     assert got[("echo share of answered QC rows", "qwen", "nq")] == "60.0"
     assert got[("Q100 answer rate", "phi", "")] == "80.0"
     assert got[("normalised HwSA@QC", "qwen", "")] == "50.0"
@@ -576,6 +590,17 @@ def test_table1_has_the_papers_columns_and_its_n_in_the_note() -> None:
     assert table.note == "n = QC-eligible questions: 330 (hotpotqa), 202 (nq)."
     # Table 7 keeps its n column, as the paper's
     assert "n" in table_hwsa(_cell_metrics(), with_ci=True).columns
+    # Table 1 prints the Delta CI as whole percents ("+55.0 [48, 62]"), Table 7 to a
+    # decimal with signs ("+55.0 [+47.5,+61.9]"): 0.7 -> 70, 0.88 -> 88
+    assert table["Delta [95% CI]"][0] == "+79.0 [70, 88]"
+    assert table_hwsa(_cell_metrics(), with_ci=True)["Delta [95% CI]"][0] == "+79.0 [+70.0, +88.0]"
+    # rounded half up, as the paper's 47.5 -> 48 and 61.9 -> 62
+    assert pct_ci(0.55, 0.475, 0.619, signed=True, whole_bounds=True) == "+55.0 [48, 62]"
+    assert pct_ci(-0.02, -0.055, 0.004, signed=True, whole_bounds=True) == "-2.0 [-5, 0]"
+    # models and datasets in the config's order: the paper's NQ before HotpotQA
+    assert table["dataset"][:2] == ["hotpotqa", "hotpotqa"]
+    with listed_in(["m"], ["nq", "hotpotqa"]):
+        assert table_hwsa(_cell_metrics(), with_ci=False)["dataset"][:2] == ["nq", "nq"]
 
 
 def test_table8_has_no_capable_set_column_but_names_its_sizes() -> None:

@@ -115,6 +115,14 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
     for dataset, spec in checked["datasets"].items():
         need_asset(f"datasets.{dataset}.asset", spec["asset"])
     need_asset("retrieval.encoder", checked["retrieval"]["encoder"])
+    weights = checked["retrieval"]["bm25_weight"], checked["retrieval"]["dense_weight"]
+    if abs(sum(weights) - 1.0) > 1e-9:
+        raise ConfigError(
+            f"config keys 'retrieval.bm25_weight' ({weights[0]:g}) and "
+            f"'retrieval.dense_weight' ({weights[1]:g}) sum to {sum(weights):g}; they must sum "
+            "to 1: the hybrid score is alpha x BM25 + (1 - alpha) x dense, both min-max "
+            "normalised (the paper: alpha = 0.5)"
+        )
     need_asset("contexts.tokenizer", checked["contexts"]["tokenizer"])
     need_asset("ner.asset", checked["ner"]["asset"])
     need_asset("ner.tokenizer", checked["ner"].get("tokenizer"))

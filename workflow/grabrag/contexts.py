@@ -11,13 +11,18 @@ new condition (QC, QX) never changes the existing ones.
 
 The context is capped at ``max_context_tokens`` tokens of the given tokenizer by
 water-filling: when the passages are too long together, the longest are cut to a common
-length L (the largest L that fits), so short passages stay whole.
+length L (the largest L that fits), so short passages stay whole. A cut passage keeps its
+first L tokens, except a passage that carries the condition's answer (a gold passage's
+alias; in QC/QX the planted replacement too): when its first L tokens lose that span, it
+keeps the L-token window centred on the span's first occurrence instead (ours: the paper
+states only the 1,500-token cap), so Q100 and Q50 stay supportive however often one long
+gold passage is reused.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,11 +45,15 @@ class TokenCounter:
     def count(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
-    def truncate(self, text: str, n_tokens: int) -> str:
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        """Each token's (start, end) character span in ``text``."""
         encoded = self.tokenizer(
             text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
         )
-        offsets = encoded["offset_mapping"]
+        return [tuple(span) for span in encoded["offset_mapping"]]
+
+    def truncate(self, text: str, n_tokens: int) -> str:
+        offsets = self.offsets(text)
         if len(offsets) <= n_tokens:
             return text
         if n_tokens <= 0:
@@ -118,18 +127,84 @@ def water_fill(lengths: Sequence[int], budget: int) -> int | None:
     return low
 
 
+def _answer_window(
+    text: str, offsets: Sequence[tuple[int, int]], n_tokens: int, targets: Sequence[str]
+) -> tuple[int, int] | None:
+    """Token window [start, start + n_tokens) of ``text`` centred on the first occurrence of
+    any of ``targets`` (on word boundaries, after SQuAD normalisation); None when no target
+    occurs or its span alone is longer than ``n_tokens``.
+
+    Whether a prefix or suffix holds a target is monotone in its length, so two binary
+    searches find the occurrence's last token (the shortest prefix holding it) and its
+    first token (the shortest span ending there that still holds it)."""
+    n = len(offsets)
+    if not targets or not contains_alias(text, targets):
+        return None
+    low, high = 0, n - 1
+    while low < high:  # smallest end with a target in text[: offsets[end][1]]
+        mid = (low + high) // 2
+        if contains_alias(text[: offsets[mid][1]], targets):
+            high = mid
+        else:
+            low = mid + 1
+    end = low
+    low, high = 0, end
+    while low < high:  # largest start with a target in text[offsets[start][0] : end]
+        mid = (low + high + 1) // 2
+        if contains_alias(text[offsets[mid][0] : offsets[end][1]], targets):
+            low = mid
+        else:
+            high = mid - 1
+    span = end - low + 1
+    if span > n_tokens:
+        return None
+    start = min(max(low - (n_tokens - span) // 2, 0), n - n_tokens)
+    return start, start + n_tokens
+
+
+def cut_passage(
+    text: str, counter: TokenCounter, n_tokens: int, targets: Sequence[str] = ()
+) -> tuple[str, int]:
+    """``text`` cut to ``n_tokens`` tokens and the token it now starts at: its first
+    ``n_tokens`` tokens, or, when those lose every one of ``targets`` that the whole text
+    holds, the window centred on the first target (:func:`_answer_window`)."""
+    head = counter.truncate(text, n_tokens)
+    if not targets or contains_alias(head, targets) or n_tokens <= 0:
+        return head, 0
+    offsets = counter.offsets(text)
+    window = _answer_window(text, offsets, n_tokens, targets)
+    if window is None:
+        return head, 0
+    start, stop = window
+    kept = text[offsets[start][0] : offsets[stop - 1][1]].strip()
+    # A prefix that ends inside a word can look like a match ("Paris" in "Parisian"):
+    # keep the window only when it holds a target on word boundaries.
+    return (kept, start) if contains_alias(kept, targets) else (head, 0)
+
+
 def cap_passages(
-    passages: list[dict[str, Any]], counter: TokenCounter, max_tokens: int
+    passages: list[dict[str, Any]],
+    counter: TokenCounter,
+    max_tokens: int,
+    keep: Mapping[str, Sequence[str]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Cut passage texts so the passages' tokens together fit ``max_tokens``."""
+    """Cut passage texts so the passages' tokens together fit ``max_tokens``.
+
+    ``keep`` maps a passage role to the strings a passage of that role must not lose to
+    the cut (:func:`cut_passage`); a passage cut to a later window records the token it
+    starts at as ``window_start_token``."""
+    keep = keep or {}
     lengths = [counter.count(p["text"]) for p in passages]
     cap = water_fill(lengths, max_tokens)
     out = []
     for passage, length in zip(passages, lengths, strict=True):
         passage = dict(passage)
         if cap is not None and length > cap:
-            passage["text"] = counter.truncate(passage["text"], cap)
+            targets = keep.get(passage.get("role", ""), ())
+            passage["text"], start = cut_passage(passage["text"], counter, cap, targets)
             passage["truncated_from_tokens"] = length
+            if start:
+                passage["window_start_token"] = start
             length = counter.count(passage["text"])
         passage["tokens"] = length
         out.append(passage)
@@ -170,11 +245,17 @@ def build_context_row(
     seed: int,
     counter: TokenCounter,
     max_tokens: int,
+    keep: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
-    """Shuffle with Random(seed + index), cap to the token budget, render the context."""
+    """Shuffle with Random(seed + index), cap to the token budget, render the context.
+
+    ``keep``: role -> the strings the cap must not cut out of a passage of that role
+    (:func:`cap_passages`); by default a gold passage keeps the question's answers."""
     passages = list(passages)
     random.Random(seed + index).shuffle(passages)
-    passages = cap_passages(passages, counter, max_tokens) if passages else []
+    if keep is None:
+        keep = {GOLD: question["answers"]}
+    passages = cap_passages(passages, counter, max_tokens, keep) if passages else []
     context = render_context(passages)
     return {
         "qid": question["qid"],
@@ -186,7 +267,8 @@ def build_context_row(
         "context": context,
         "context_tokens": sum(p["tokens"] for p in passages),
         "truncated": any("truncated_from_tokens" in p for p in passages),
-        # Auditing aid: the cap can cut the answer out of a long gold passage.
+        # Auditing aid: the cap keeps a gold passage's answer when the answer fits the
+        # passage's share of the budget; this says whether it did.
         "answer_in_context": contains_alias(context, question["answers"]),
     }
 

@@ -26,9 +26,9 @@ Metrics (``condition`` column in brackets):
   :func:`grabrag.metrics.aurc` (ties averaged) and :func:`grabrag.metrics.ece`;
   unparseable rows are left out, n = rows scored.
 * ``ece_answer_15`` [each condition, and ``pooled`` = every condition of the cell, QX
-  included, the set the EvidentialRAG sweep pools too] for EVID, EVID_CB and P1 (naive
-  RAG, the "without evidential evaluator" ablation) only: EvidentialRAG's ECE (Eqs.
-  26-27), :func:`grabrag.metrics.ece_mean` with 15 equal-width bins compared at their
+  included, the set the EvidentialRAG sweep pools too] for EVID, EVID_CB, P0 (naive
+  RAG, the "without evidential evaluator" ablation) and P1 beside it only: EvidentialRAG's
+  ECE (Eqs. 26-27), :func:`grabrag.metrics.ece_mean` with 15 equal-width bins compared at their
   mean confidence; confidence and correctness of each row's selected answer
   (:func:`grabrag.metrics.selected_answer_score`: for EVID the fused singleton mass of the
   top claim on every route, routed abstentions included). Not GRAB-RAG's ``ece_15``
@@ -116,8 +116,9 @@ DIFF = "QC-Q0"
 DIFF_QX = "QX-QC"
 MEAN_POLICY = "mean"
 DEFAULT_ECE_BINS = (10, 15)
-# EvidentialRAG's ECE (Eqs. 26-27): its policies, and P1 as naive RAG beside them.
-ANSWER_ECE_POLICIES = ("P1", "EVID", "EVID_CB")
+# EvidentialRAG's ECE (Eqs. 26-27): its policies, P0 as the paper's naive RAG (no
+# abstention controller) and P1 (GRAB-RAG's abstention prompt) beside them.
+ANSWER_ECE_POLICIES = ("P0", "P1", "EVID", "EVID_CB")
 ANSWER_ECE_BINS = 15
 ANSWER_ECE = "ece_answer_15"
 ROUTED_POLICIES = ("EVID", "EVID_CB")

@@ -19,7 +19,8 @@ Equations (paper numbering):
 * Eqs. 8-11 (:func:`combine`): n_j = b_a[j] b_b[j] + b_a[j] u_b + u_a b_b[j],
   h = u_a u_b, frame mass h + lambda K, singletons (1 - h - lambda K) n_j / sum(n).
 * Eq. 12 (:func:`fuse`): m^(t) = m^(t-1) (x)_lambda m_t, left to right, in the fixed
-  order of :func:`fold_order` (never the condition's shuffled context order).
+  order of :func:`fold_order` (never the condition's shuffled context order); a tie the
+  order cannot break (:func:`fold_groups`) is combined within itself first.
 * Eq. 13: U_global = m^(k)(Theta), the ``u`` that :func:`fuse` returns.
 * Eq. 14 (:func:`mean_pairwise_conflict`): mean pairwise K, a diagnostic only.
 * Eq. 15 (:func:`route`): direct if U < tau1, conflict-aware if tau1 <= U < tau2,
@@ -185,20 +186,39 @@ def dempster(m_a: Mass, m_b: Mass) -> Mass:
     return n / kept, h / kept
 
 
-def fuse(masses: Sequence[Mass], lam: float | None) -> Mass:
+def fuse(masses: Sequence[Mass], lam: float | None, groups: Sequence[int] | None = None) -> Mass:
     """Eq. 12: fold the sources left to right, with :func:`combine` at ``lam`` or, for
     ``lam=None``, with :func:`dempster`. The returned ``u`` is U_global (Eq. 13).
 
     No sources give the vacuous mass over an empty frame. The lambda rule is not
     associative, so the order matters: callers pass passages in :func:`fold_order`.
+    ``groups``: the sizes of the fold's tie groups (:func:`fold_groups`) over the first
+    sources, in order; the sources after them fold one by one. A group is combined within
+    itself first and then folded in as one source, so a pair the order cannot tell apart
+    (QX's gold passage and its swapped twin) fuses the same whichever comes first (the
+    pairwise rule is commutative). Without ``groups`` every source folds in turn.
     """
     if lam is not None and not 0.0 <= lam <= 1.0:
         raise ValueError(f"lam must be None or in [0, 1], got {lam!r}")
     if not masses:
         return vacuous(0)
-    fused = _as_mass(masses[0], "masses[0]")
-    for mass in masses[1:]:
-        fused = dempster(fused, mass) if lam is None else combine(fused, mass, lam)
+    sizes = list(groups or ())
+    if any(size < 1 for size in sizes) or sum(sizes) > len(masses):
+        raise ValueError(f"fold groups {sizes} do not partition {len(masses)} sources")
+    sizes += [1] * (len(masses) - sum(sizes))
+
+    def step(m_a: Mass, m_b: Mass) -> Mass:
+        return dempster(m_a, m_b) if lam is None else combine(m_a, m_b, lam)
+
+    fused: Mass | None = None
+    start = 0
+    for size in sizes:
+        piece = _as_mass(masses[start], f"masses[{start}]")
+        for mass in masses[start + 1 : start + size]:
+            piece = step(piece, mass)
+        fused = piece if fused is None else step(fused, piece)
+        start += size
+    assert fused is not None
     return fused
 
 
@@ -256,6 +276,38 @@ def fold_key(question: str, passage: Mapping[str, Any]) -> tuple[int, str, str, 
         str(passage.get("title") or ""),
         str(passage.get("text") or ""),
     )
+
+
+def fold_groups(question: str, passages: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+    """:func:`fold_order` cut into the groups the evaluator and Eq. 12 treat as one step.
+
+    Passages that tie on relevance and pid but differ in text (QX's gold passage and its
+    swapped twin: one passage and its edit) have no order of their own: the text decides
+    which comes first, and which is gold is not to be read. Choice: such a run is one
+    group: each member is evaluated with the inventory from before the group (neither
+    sees the other's claim) and the members are combined with each other before they
+    join the fold (:func:`fuse`), so the result does not depend on their order. Every
+    other passage (identical Q100 copies included) is a group of its own, in order.
+    """
+    order = fold_order(question, passages)
+    groups: list[list[int]] = []
+    run: list[int] = []
+
+    def close() -> None:
+        texts = {(passages[i].get("title"), passages[i].get("text")) for i in run}
+        if len(run) > 1 and len(texts) == len(run):
+            groups.append(list(run))
+        else:
+            groups.extend([i] for i in run)
+
+    for i in order:
+        if run and fold_key(question, passages[i])[:2] != fold_key(question, passages[run[0]])[:2]:
+            close()
+            run = []
+        run.append(i)
+    if run:
+        close()
+    return groups
 
 
 def fold_order(question: str, passages: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -604,9 +656,13 @@ def _compatible(a: _ClaimKey, b: _ClaimKey) -> bool:
     return a.quantities == b.quantities
 
 
-def _match(key: _ClaimKey, claims: Sequence[_ClaimKey], merge_f1: float) -> int | None:
+def _match(
+    key: _ClaimKey, claims: Sequence[_ClaimKey], merge_f1: float, competing: bool = False
+) -> int | None:
     """The claim ``key`` merges into, or None. Stages in order: same number/date; same
-    normalised text; best token F1 >= merge_f1 (ties: the earlier claim)."""
+    normalised text; best token F1 >= merge_f1 (ties: the earlier claim); whole-words
+    containment. A ``competing`` value (the evaluator said it competes with a candidate
+    it was shown) takes the exact stages only."""
     if key.number_or_date:
         for j, claim in enumerate(claims):
             if claim.number_or_date == key.number_or_date:
@@ -614,6 +670,8 @@ def _match(key: _ClaimKey, claims: Sequence[_ClaimKey], merge_f1: float) -> int 
     for j, claim in enumerate(claims):
         if _compatible(key, claim) and claim.normalized == key.normalized:
             return j
+    if competing:
+        return None
     best, best_f1 = None, -1.0
     for j, claim in enumerate(claims):
         if not _compatible(key, claim):
@@ -639,7 +697,7 @@ def _contained(a: str, b: str) -> bool:
 
 
 def align_claims(
-    values: Sequence[str], merge_f1: float = 0.8
+    values: Sequence[str], merge_f1: float = 0.8, competing: Sequence[bool] | None = None
 ) -> tuple[list[str], list[int | None]]:
     """Section 3.3: align answer values into the frame of distinguishable claims.
 
@@ -658,6 +716,12 @@ def align_claims(
     SQuAD normalisation) merges, but only into a single such claim ("John" stays apart
     from both "John Smith" and "John Lennon") and never across numbers or dates.
 
+    ``competing`` (one flag per value): the evaluator marked the value as competing with
+    the candidates it was shown. Such a value merges only by the exact stages (same
+    number/date, same normalised text), never by token F1 or containment: the evaluator
+    has said it names another answer ("King Juan Carlos II of Spain" against "King Juan
+    Carlos I of Spain", token F1 0.83).
+
     Choices: the alignment is conservative, as the paper asks (uncertain merges are
     avoided, so disagreement shows as conflict rather than being merged away): no alias
     or abbreviation knowledge ("NYC" and "New York City" stay apart). The containment
@@ -669,14 +733,17 @@ def align_claims(
     """
     if not 0.0 < merge_f1 <= 1.0:
         raise ValueError(f"merge_f1 must be in (0, 1], got {merge_f1!r}")
+    flags = list(competing) if competing is not None else [False] * len(values)
+    if len(flags) != len(values):
+        raise ValueError(f"{len(values)} values but {len(flags)} competing flags")
     claims: list[_ClaimKey] = []
     index: list[int | None] = []
-    for value in values:
+    for value, rival in zip(values, flags, strict=True):
         if not normalize_answer(value):
             index.append(None)
             continue
         key = _ClaimKey.of(value)
-        j = _match(key, claims, merge_f1)
+        j = _match(key, claims, merge_f1, rival)
         if j is None:
             claims.append(key)
             j = len(claims) - 1
@@ -748,16 +815,21 @@ def _question_evidence(
     if not any(_gives_evidence(e) for e in evaluations):
         extra = []
     sources = [*evaluations, *extra]
-    values = [e.value if _gives_evidence(e) else "" for e in sources]
-    frame, index = align_claims(values, merge_f1)
+    frame, index = _align(sources, merge_f1)
     return frame, evidence_vectors(sources, index, len(frame))
+
+
+def _align(sources: Sequence[Evaluation], merge_f1: float) -> tuple[list[str], list[int | None]]:
+    """:func:`align_claims` of the sources' values (a source without evidence names no
+    claim), with the evaluator's competing stances."""
+    values = [e.value if _gives_evidence(e) else "" for e in sources]
+    return align_claims(values, merge_f1, [e.stance == "competing" for e in sources])
 
 
 def passage_claim_count(evaluations: Sequence[Evaluation], merge_f1: float = 0.8) -> int:
     """How many claims the passages alone put into the frame: with extra sources appended,
     claims at an index >= this count are supported by an extra source only."""
-    values = [e.value if _gives_evidence(e) else "" for e in evaluations]
-    return len(align_claims(values, merge_f1)[0])
+    return len(_align(evaluations, merge_f1)[0])
 
 
 def closed_book_evaluation(
@@ -1050,6 +1122,7 @@ def sweep(
     extra_sources_by_qid: Mapping[str, Iterable[Evaluation | None]] | None = None,
     ablation_lam: float = LAMBDA,
     merge_f1: float = 0.8,
+    groups_by_qid: Mapping[str, Sequence[int]] | None = None,
 ) -> list[dict[str, Any]]:
     """Decision rows of the lambda x tau grid (Tables 9-10) and the ablations (Table 12),
     from stored evaluations only (each question's in fold order).
@@ -1063,7 +1136,8 @@ def sweep(
     mean_conflict (Eq. 14, the same for every row of a question).
     ``extra_sources_by_qid`` adds sources per question (EVID+CB: routed with
     :func:`guarded_route`); ``merge_f1`` is the claim-alignment threshold
-    (:func:`align_claims`).
+    (:func:`align_claims`); ``groups_by_qid`` the sizes of each question's fold groups
+    (:func:`fuse`).
     """
     for lam in lams:
         if lam is not None and not 0.0 <= lam <= 1.0:
@@ -1077,8 +1151,9 @@ def sweep(
         masses = [from_evidence(v) for v in vectors]
         supported = passage_claim_count(evaluations, merge_f1) if extra else None
         shared = {"n_claims": len(frame), "mean_conflict": mean_pairwise_conflict(masses)}
+        groups = (groups_by_qid or {}).get(qid)
         for lam in lams:
-            b, u = fuse(masses, lam)
+            b, u = fuse(masses, lam, groups)
             for tau1, tau2 in taus:
                 decision = decide(frame, b, u, tau1, tau2, supported)
                 rows.append(
@@ -1088,7 +1163,7 @@ def sweep(
         for tau1, tau2 in taus:
             decision = decide(frame, b, u, tau1, tau2, supported)
             rows.append(_sweep_row(qid, "no_fusion", "average", tau1, tau2, decision, u, shared))
-        b, u = fuse(masses, ablation_lam)
+        b, u = fuse(masses, ablation_lam, groups)
         decision = _no_routing(frame, b, supported)
         rows.append(
             _sweep_row(qid, "no_routing", float(ablation_lam), None, None, decision, u, shared)

@@ -100,6 +100,22 @@ def folded_evaluations(evaluation_row: Mapping[str, Any]) -> list[E.Evaluation]:
     return [stored_evaluation(e) for e in sorted(entries, key=lambda e: e["fold_rank"])]
 
 
+def fold_group_sizes(evaluation_row: Mapping[str, Any]) -> list[int]:
+    """The sizes of the stored evaluations' fold groups, in fold order (``fold_group``;
+    :func:`grabrag.evidential.fold_groups`), for :func:`grabrag.evidential.fuse`."""
+    entries = sorted(evaluation_row["evaluations"], key=lambda e: e["fold_rank"])
+    sizes: list[int] = []
+    last = None
+    for k, entry in enumerate(entries):
+        group = entry.get("fold_group", f"own {k}")
+        if sizes and group == last:
+            sizes[-1] += 1
+        else:
+            sizes.append(1)
+        last = group
+    return sizes
+
+
 def stored_evaluation(entry: Mapping[str, Any]) -> E.Evaluation:
     """An :class:`evidential.Evaluation` back from a stored entry."""
     return E.Evaluation(
@@ -117,36 +133,25 @@ def evaluate_question(
 ) -> dict[str, Any]:
     """Evaluate every passage of one context row in fold order
     (:func:`grabrag.evidential.fold_order`; k calls back to back; the inventory grows as
-    claims are found), so a permuted context gives the same calls."""
+    claims are found), so a permuted context gives the same calls. The members of a fold
+    group (:func:`grabrag.evidential.fold_groups`) all see the inventory from before the
+    group, so their evaluations do not depend on their order either."""
     inventory: list[str] = []
     entries = []
     passages = row["passages"]
-    for rank, i in enumerate(E.fold_order(row["question"], passages), start=1):
-        passage = passages[i]
-        messages = E.evaluator_messages(row["question"], evaluator_passage(passage), inventory)
-        result = complete(messages, E.EVALUATOR_GRAMMAR, max_tokens)
-        evaluation = E.parse_evaluation(result["raw"], result["finish_reason"])
-        entries.append(
-            {
-                "position": i + 1,
-                "fold_rank": rank,
-                "pid": passage.get("pid"),
-                "role": passage.get("role"),
-                "claim": evaluation.claim,
-                "value": evaluation.value,
-                "stance": evaluation.stance,
-                "rationale": evaluation.rationale,
-                "evidence": evaluation.evidence,
-                "status": evaluation.status,
-                "inventory": list(inventory),
-                "raw": result["raw"],
-                "finish_reason": result["finish_reason"],
-                "prompt_tokens": result["prompt_tokens"],
-                "completion_tokens": result["completion_tokens"],
-                "seconds": result["seconds"],
-            }
-        )
-        add_to_inventory(inventory, evaluation)
+    rank = 0
+    for group, members in enumerate(E.fold_groups(row["question"], passages), start=1):
+        shown = list(inventory)
+        found = []
+        for i in members:
+            rank += 1
+            entry, evaluation = _evaluate_passage(
+                complete, row["question"], passages[i], shown, max_tokens
+            )
+            entries.append({"position": i + 1, "fold_rank": rank, "fold_group": group, **entry})
+            found.append(evaluation)
+        for evaluation in found:
+            add_to_inventory(inventory, evaluation)
     return {
         "qid": row["qid"],
         "index": row["index"],
@@ -155,6 +160,37 @@ def evaluate_question(
         "evaluator_seconds": round(sum(e["seconds"] for e in entries), 3),
         "evaluator_passes": len(entries),
     }
+
+
+def _evaluate_passage(
+    complete: Complete,
+    question: str,
+    passage: Mapping[str, Any],
+    inventory: Sequence[str],
+    max_tokens: int,
+) -> tuple[dict[str, Any], E.Evaluation]:
+    """One evaluator call: its stored entry (without the position and fold fields) and
+    its parse."""
+    messages = E.evaluator_messages(question, evaluator_passage(passage), inventory)
+    result = complete(messages, E.EVALUATOR_GRAMMAR, max_tokens)
+    evaluation = E.parse_evaluation(result["raw"], result["finish_reason"])
+    entry = {
+        "pid": passage.get("pid"),
+        "role": passage.get("role"),
+        "claim": evaluation.claim,
+        "value": evaluation.value,
+        "stance": evaluation.stance,
+        "rationale": evaluation.rationale,
+        "evidence": evaluation.evidence,
+        "status": evaluation.status,
+        "inventory": list(inventory),
+        "raw": result["raw"],
+        "finish_reason": result["finish_reason"],
+        "prompt_tokens": result["prompt_tokens"],
+        "completion_tokens": result["completion_tokens"],
+        "seconds": result["seconds"],
+    }
+    return entry, evaluation
 
 
 def preflight_messages(
@@ -258,7 +294,7 @@ def question_state(
     :func:`grabrag.evidential.guarded_route`)."""
     evaluations = folded_evaluations(evaluation_row)
     frame, masses = E.question_masses(evaluations, [extra], merge_f1)
-    b, u = E.fuse(masses, lam)
+    b, u = E.fuse(masses, lam, fold_group_sizes(evaluation_row))
     supported = E.passage_claim_count(evaluations, merge_f1) if extra is not None else None
     return {
         "route": E.guarded_route(frame, b, u, tau1, tau2, supported),
@@ -521,13 +557,14 @@ def sweep_table(
         settings: dict[tuple, dict[str, list[dict[str, Any]]]] = {}
         for condition, rows in evaluations.items():
             by_qid = {r["qid"]: folded_evaluations(r) for r in rows}
+            groups = {r["qid"]: fold_group_sizes(r) for r in rows}
             extra = None
             if policy == EVID_CB:
                 missing = [q for q in by_qid if q not in cb]
                 if missing:
                     raise DataError(f"no closed-book (CB) row for qid {', '.join(missing[:5])}")
                 extra = {q: [cb[q]] for q in by_qid}
-            for decision in E.sweep(by_qid, lams, taus, extra, ablation_lam, merge_f1):
+            for decision in E.sweep(by_qid, lams, taus, extra, ablation_lam, merge_f1, groups):
                 key = (
                     decision["variant"],
                     _rule_label(decision["rule"]),
@@ -623,38 +660,56 @@ def _mean(values: Sequence[float]) -> float:
     return float(np.mean(values)) if len(values) else math.nan
 
 
+NAIVE_RAG = "P0"
+"""EvidentialRAG's naive RAG: the top-k passages in the generator prompt and no abstention
+controller (section 4.3), which is GRAB-RAG's P0 (no abstention instruction)."""
+
+
+def _single_pass_entry(rows: Sequence[Mapping[str, Any]], base_seconds: float) -> dict[str, Any]:
+    seconds = _mean([float(r["seconds"]) for r in rows])
+    return {
+        "queries": len(rows),
+        "seconds_per_query": seconds,
+        "evaluator_seconds_per_query": 0.0,
+        "generator_seconds_per_query": seconds,
+        "closed_book_seconds_per_query": 0.0,
+        "logical_decisions": 1.0,
+        "executed_passes": 1.0,
+        "peak_memory_mb": None,
+        "relative_cost": seconds / base_seconds if base_seconds > 0 else math.nan,
+    }
+
+
 def efficiency_summary(
-    p1_rows: Sequence[Mapping[str, Any]],
+    single_pass_rows: Mapping[str, Sequence[Mapping[str, Any]]],
     evidential_rows: Mapping[str, Sequence[Mapping[str, Any]]],
     cb_rows: Sequence[Mapping[str, Any]],
     job_reports: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
     """Per-policy efficiency of one model x dataset, pooled over its conditions.
 
-    ``p1_rows``: P1 generation rows of every condition; ``evidential_rows``: variant ->
-    EVID / EVID_CB rows of every condition; ``cb_rows``: the CB cell; ``job_reports``:
-    the evidential_evaluate / evidential_generate reports (``peak_memory_mb``).
-    seconds_per_query: P1's generation call; EVID's evaluator calls + its generator call;
-    EVID_CB's also its closed-book pass (each row's ``cb_seconds``). ``cb_rows`` is kept
-    for the callers; the CB latency is read from the EVID_CB rows.
-    relative_cost = latency / P1 latency (Eq. 28). Peak memory is the largest resident
-    set of the EvidentialRAG jobs (host memory: ru_maxrss; GPU memory is not measured);
-    the P1 generation jobs do not record theirs.
+    ``single_pass_rows``: prompt -> generation rows of every condition; it must hold
+    :data:`NAIVE_RAG` (P0), the base of Eq. 28, and may hold more (P1, reported beside
+    it); ``evidential_rows``: variant -> EVID / EVID_CB rows of every condition;
+    ``cb_rows``: the CB cell; ``job_reports``: the evidential_evaluate /
+    evidential_generate reports (``peak_memory_mb``).
+    seconds_per_query: a single pass's generation call; EVID's evaluator calls + its
+    generator call; EVID_CB's also its closed-book pass (each row's ``cb_seconds``).
+    ``cb_rows`` is kept for the callers; the CB latency is read from the EVID_CB rows.
+    relative_cost = latency / naive RAG (P0) latency (Eq. 28). Peak memory is the largest
+    resident set of the EvidentialRAG jobs (host memory: ru_maxrss; GPU memory is not
+    measured); the generation jobs do not record theirs.
     """
-    p1_seconds = _mean([float(r["seconds"]) for r in p1_rows])
+    if NAIVE_RAG not in single_pass_rows:
+        raise ValueError(
+            f"efficiency_summary needs the {NAIVE_RAG} generation rows: naive RAG is the "
+            "base of the relative cost (Eq. 28)"
+        )
+    p0_seconds = _mean([float(r["seconds"]) for r in single_pass_rows[NAIVE_RAG]])
     peak = max((float(r["peak_memory_mb"]) for r in job_reports), default=math.nan)
     policies: dict[str, dict[str, Any]] = {
-        "P1": {
-            "queries": len(p1_rows),
-            "seconds_per_query": p1_seconds,
-            "evaluator_seconds_per_query": 0.0,
-            "generator_seconds_per_query": p1_seconds,
-            "closed_book_seconds_per_query": 0.0,
-            "logical_decisions": 1.0,
-            "executed_passes": 1.0,
-            "peak_memory_mb": None,
-            "relative_cost": 1.0 if p1_seconds > 0 else math.nan,
-        }
+        prompt: _single_pass_entry(rows, p0_seconds)
+        for prompt, rows in sorted(single_pass_rows.items())
     }
     for variant, rows in evidential_rows.items():
         # EVID_CB rows count their closed-book pass (evidential_row): seconds, cb_seconds,
@@ -671,7 +726,7 @@ def efficiency_summary(
             "logical_decisions": _mean([float(r["logical_decisions"]) for r in rows]),
             "executed_passes": _mean([float(r["executed_passes"]) for r in rows]),
             "peak_memory_mb": None if math.isnan(peak) else peak,
-            "relative_cost": seconds / p1_seconds if p1_seconds > 0 else math.nan,
+            "relative_cost": seconds / p0_seconds if p0_seconds > 0 else math.nan,
         }
     policies = {
         name: {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in entry.items()}
@@ -680,8 +735,10 @@ def efficiency_summary(
     return {
         "policies": policies,
         "notes": [
-            "P1 runs right after P0 in the generation job and reuses the KV cache of their "
-            "shared prefix, so its latency is that of a warm prefix.",
+            "Naive RAG (the base of the relative cost, Eq. 28) is P0: no abstention "
+            "instruction. P0 runs first in its generation job and computes the prompt "
+            "prefix; P1 runs right after it and reuses the KV cache of their shared "
+            "prefix, so P1's latency is that of a warm prefix.",
             "EVID's k evaluator calls run back to back (llama-cpp-python cannot batch "
             "sequences): executed_passes = k + 1, not the paper's 2 batched passes.",
             "EVID_CB counts its closed-book pass as one more logical decision and executed "

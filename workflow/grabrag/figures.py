@@ -23,7 +23,7 @@ from .io import atomic_write, read_jsonl  # noqa: E402
 from .metrics import confidence_and_correct, reliability_bins, risk_coverage  # noqa: E402
 from .registry import Features  # noqa: E402
 from .results import read_metrics, read_sweeps  # noqa: E402
-from .tabular import group_means, where  # noqa: E402
+from .tabular import group_means, in_order, where  # noqa: E402
 
 # Colours of registered policies that name none, in registration order.
 SPARE_COLOURS = ("#000000", "#a6761d", "#6a3d9a", "#b15928", "#1f78b4", "#fb9a99")
@@ -67,8 +67,8 @@ def save(fig: Any, stem: str | Path) -> None:
 
 
 def _grid(cells: Sequence[tuple[str, str]], width: float = 3.6, height: float = 3.0):
-    models = sorted({m for m, _ in cells})
-    datasets = sorted({d for _, d in cells})
+    models = in_order("model", (m for m, _ in cells))
+    datasets = in_order("dataset", (d for _, d in cells))
     fig, axes = plt.subplots(
         len(datasets),
         len(models),
@@ -150,14 +150,15 @@ def abstention_by_condition(means: pl.DataFrame) -> Any:
     model, one line per policy with 95% bootstrap CI bands, should-abstain conditions
     shaded. ``means``: rows of :func:`grabrag.evaluate.abstention_over_datasets`."""
     rates, conditions = _abstain_rates(means)
-    models = sorted(set(rates["model"])) or [""]
+    models = in_order("model", rates["model"]) or [""]
     fig, axes = plt.subplots(
         1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False, sharey=True
     )
     for ax, model in zip(axes[0], models, strict=True):
         cell = where(rates, model=model)
         _abstention_panel(ax, cell, conditions)
-        averaged = sorted({d for names in cell["dataset"] for d in str(names).split("+")})
+        named = (d for names in cell["dataset"] for d in str(names).split("+"))
+        averaged = in_order("dataset", named)
         ax.set_title(f"{model}\n(mean over {', '.join(averaged)})", fontsize=9)
     axes[0][0].set_ylabel("abstention rate (%)")
     fig.suptitle("Abstention rate by context condition (95% bootstrap CI)", fontsize=10)
@@ -191,9 +192,10 @@ def _means(frame: pl.DataFrame, by: str, column: str) -> tuple[list[Any], np.nda
     return list(means), _floats([values[column] for values in means.values()])
 
 
-def p3_sweep_figure(sweep: pl.DataFrame, cutoff: float = 50) -> Any:
-    """P3's HwSA@QC, FAC@Q100 and Ans@Q100 against the F1 threshold (macro average)."""
-    chosen = where(sweep, cutoff=cutoff)
+def p3_sweep_figure(sweep: pl.DataFrame, cutoff: float = 50, threshold: float = 0.8) -> Any:
+    """P3's HwSA@QC, FAC@Q100 and Ans@Q100 against the F1 threshold (macro average) at the
+    configured confidence ``cutoff``, the configured ``threshold`` marked."""
+    chosen = sweep.filter((pl.col("cutoff").cast(pl.Float64) - float(cutoff)).abs() < 1e-9)
     fig, ax = plt.subplots(figsize=(5, 3.4))
     for column, label, style in (
         ("hwsa_qc", "HwSA@QC", "-o"),
@@ -203,7 +205,7 @@ def p3_sweep_figure(sweep: pl.DataFrame, cutoff: float = 50) -> Any:
         if column in chosen.columns:
             thresholds, means = _means(chosen, "threshold", column)
             ax.plot(thresholds, 100 * means, style, label=label)
-    ax.axvline(0.8, color="0.6", linestyle=":", label="threshold used (0.8)")
+    ax.axvline(threshold, color="0.6", linestyle=":", label=f"threshold used ({threshold:g})")
     ax.set_xlabel("P3 F1 agreement threshold")
     ax.set_ylabel("rate (%)")
     ax.set_ylim(-2, 102)
@@ -317,7 +319,7 @@ def qc_breakdown_figure(metrics: pl.DataFrame) -> Any:
             continue
         sums = table.setdefault((row["model"], row["policy"]), {})
         sums[row["metric"]] = sums.get(row["metric"], 0.0) + float(row["value"])
-    models = sorted({m for m, _ in table}) or [""]
+    models = in_order("model", (m for m, _ in table)) or [""]
     order = list(colours)
     width = max(len([p for m, p in table if m == model]) for model in models) if table else 1
     fig, axes = plt.subplots(
@@ -365,7 +367,7 @@ def lambda_sweep_figure(sweep: pl.DataFrame, lam: float, tau1: float, tau2: floa
     chosen = where(sweep, variant="evid").filter(
         (pl.col("tau1") - tau1).abs() < 1e-9, (pl.col("tau2") - tau2).abs() < 1e-9
     )
-    models = sorted(set(chosen["model"])) or [""]
+    models = in_order("model", chosen["model"]) or [""]
     colours, names = policy_colours(), policy_names()
     fig, axes = plt.subplots(
         1, len(models), figsize=(4.2 * len(models), 3.4), squeeze=False, sharey=True
@@ -420,15 +422,16 @@ def lambda_sweep_figure(sweep: pl.DataFrame, lam: float, tau1: float, tau2: floa
 
 class Sources:
     """What the figures read, each loaded on first use: the figure rule's input files by
-    input name, the cell each per-cell file is about, and the fusion settings."""
+    input name, the cell each per-cell file is about, and the config settings the figure
+    declares (:class:`FigureSpec` ``settings``) by name."""
 
     def __init__(
         self,
         files: Mapping[str, Sequence[str]],
         cells: Mapping[str, Sequence[Mapping[str, str]]],
-        fusion: Mapping[str, float],
+        settings: Mapping[str, Mapping[str, Any]],
     ) -> None:
-        self.files, self.cells, self.fusion = files, cells, fusion
+        self.files, self.cells, self.settings = files, cells, settings
 
     @cached_property
     def metrics(self) -> pl.DataFrame:
@@ -476,19 +479,27 @@ P3_SWEEPS = "p3_sweeps"  # policies/<m>/<d>/P3_sweep.csv
 EVID_SWEEPS = "evid_sweeps"  # evidential/<m>/<d>/sweep.csv
 DECISIONS = "decisions"  # every decision file, with the context rows for their gold answers
 
+# The config settings a figure can draw with (the rules pass each figure only its own):
+P3 = "p3"  # policies.confidence_cutoff and policies.f1_threshold as cutoff and threshold
+FUSION = "fusion"  # evidential.lam, tau1, tau2
+FIGURE_SETTINGS = (P3, FUSION)
+
 
 @dataclass(frozen=True)
 class FigureSpec:
     """One figure: its name (``results/figures/<name>.pdf``/``.png``; its caption is in
     ``workflow/report/figure.rst``), how it is drawn from the :class:`Sources`, what it
     reads besides the metrics, and when a config produces it. ``averaged``: it reads the
-    metrics averaged over the datasets instead of each dataset's."""
+    metrics averaged over the datasets instead of each dataset's. ``settings``: the config
+    settings it draws with (:data:`FIGURE_SETTINGS`), in ``Sources.settings`` by name; its
+    caption reads the same settings from the config."""
 
     name: str
     draw: Callable[[Sources], Any]
     reads: tuple[str, ...] = ()
     averaged: bool = False
     when: Callable[[Features], bool] = lambda features: True
+    settings: tuple[str, ...] = ()
 
 
 FIGURES = (
@@ -496,17 +507,28 @@ FIGURES = (
         "abstention_by_condition", lambda s: abstention_by_condition(s.metrics), averaged=True
     ),
     FigureSpec("abstention_by_dataset", lambda s: abstention_by_dataset(s.metrics)),
-    FigureSpec("p3_sweep", lambda s: p3_sweep_figure(s.sweeps(P3_SWEEPS)), (P3_SWEEPS,)),
+    FigureSpec(
+        "p3_sweep",
+        lambda s: p3_sweep_figure(
+            s.sweeps(P3_SWEEPS), s.settings[P3]["cutoff"], s.settings[P3]["threshold"]
+        ),
+        (P3_SWEEPS,),
+        settings=(P3,),
+    ),
     FigureSpec("risk_coverage", _risk_coverage, (DECISIONS,)),
     FigureSpec("reliability", _reliability, (DECISIONS,)),
     FigureSpec("qc_breakdown", lambda s: qc_breakdown_figure(s.metrics)),
     FigureSpec(
         "lambda_sweep",
         lambda s: lambda_sweep_figure(
-            s.sweeps(EVID_SWEEPS), s.fusion["lam"], s.fusion["tau1"], s.fusion["tau2"]
+            s.sweeps(EVID_SWEEPS),
+            s.settings[FUSION]["lam"],
+            s.settings[FUSION]["tau1"],
+            s.settings[FUSION]["tau2"],
         ),
         (EVID_SWEEPS,),
         when=lambda f: f.evidential,
+        settings=(FUSION,),
     ),
 )
 """Every figure, in the order a run lists them."""

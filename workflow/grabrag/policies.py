@@ -99,9 +99,20 @@ NLI = "NLI"
 CONFIDENCE_CUTOFF = 50
 F1_THRESHOLD = 0.8
 F1_TOLERANCE = 1e-9
-# Table 12 (Appendix F): the sweep grid.
+# Table 12 (Appendix F): the sweep grid (p3_sweep_grid adds the configured setting).
 SWEEP_THRESHOLDS = (0.0, 0.2, 0.4, 0.6, 0.7, 0.8, 0.9, 1.0)
 SWEEP_CUTOFFS = (0, 20, 40, 50, 60, 80)
+
+
+def p3_sweep_grid(threshold: float, cutoff: float) -> dict[str, list[float]]:
+    """The P3 sweep's F1 thresholds and confidence cutoffs: the grid plus the configured
+    ``threshold`` and ``cutoff`` when it lacks them, so the tables and figure that read the
+    sweep at the configured setting always find it."""
+    return {
+        "thresholds": sorted({*SWEEP_THRESHOLDS, float(threshold)}),
+        "cutoffs": sorted({*SWEEP_CUTOFFS, cutoff}),
+    }
+
 
 ANSWER, ABSTAIN = "answer", "abstain"
 CONTRADICTION = "contradiction"

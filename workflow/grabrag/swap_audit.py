@@ -1,14 +1,13 @@
 """Checking the QC swaps once they are built (GRAB-RAG Appendix C, Table 6).
 
 The eligibility summary with its leak recount, the flat swap table for a spreadsheet, the
-stratified sample for the paper's manual quality audit and the reader of the filled
+uniform sample of the QC questions for the paper's manual quality audit and the reader of the filled
 audit, and the comparison with Longpre et al.'s (2021) own substitutions on BIG-bench NQ.
 """
 
 from __future__ import annotations
 
 import csv
-import math
 import random
 import re
 from collections import Counter
@@ -84,40 +83,32 @@ AUDIT_COLUMNS = (
 )
 
 
-def _allocate(sizes: dict[str, int], n: int) -> dict[str, int]:
-    """Proportional allocation with largest remainders (ties: tier order)."""
-    total = sum(sizes.values())
-    if total <= n:
-        return dict(sizes)
-    quotas = {t: n * s / total for t, s in sizes.items()}
-    alloc = {t: min(sizes[t], math.floor(q)) for t, q in quotas.items()}
-    order = sorted(sizes, key=lambda t: (-(quotas[t] - math.floor(quotas[t])), TIERS.index(t)))
-    k = 0
-    while sum(alloc.values()) < n:
-        t = order[k % len(order)]
-        if alloc[t] < sizes[t]:
-            alloc[t] += 1
-        k += 1
-    return alloc
+def audit_sample(
+    records: Sequence[dict[str, Any]],
+    qc_rows: Sequence[dict[str, Any]],
+    n: int = 100,
+    seed: int = 42,
+) -> list[dict]:
+    """The paper's manual audit of one dataset (Appendix C: 100 per dataset, a uniform
+    random draw from its QC-eligible set): ``n`` of the questions of the QC context rows,
+    drawn with ``random.Random(seed)``, with their swaps and a blank ``quality``.
 
-
-def audit_sample(records: Sequence[dict[str, Any]], n: int = 200, seed: int = 42) -> list[dict]:
-    """The paper's manual audit: ``n`` accepted swaps stratified by tier, blank ``quality``.
-
-    Each tier gets a share proportional to its size (largest remainders); swaps are drawn
-    with ``random.Random(seed)`` and the rows shuffled so the rater sees no tier order.
+    The frame is the QC rows, not every accepted swap: QC drops a swap with too few clean
+    hard negatives, and a rated question outside QC would have no HwSA@QC to recompute
+    (Table 6). The draw order is the rows' order, so the rater sees no tier order.
     Fill ``quality`` with fluent, borderline or broken (Appendix C rubric).
     """
-    rng = random.Random(seed)
-    by_tier: dict[str, list[dict[str, Any]]] = {}
-    for record in sorted(accepted(records), key=lambda r: r["index"]):
-        by_tier.setdefault(record["tier"], []).append(record)
-    alloc = _allocate({t: len(v) for t, v in by_tier.items()}, n)
-    chosen: list[dict[str, Any]] = []
-    for tier in TIERS:
-        if tier in by_tier:
-            chosen.extend(rng.sample(by_tier[tier], alloc[tier]))
-    rng.shuffle(chosen)
+    swaps = {r["qid"]: r for r in accepted(records)}
+    frame = []
+    for row in qc_rows:
+        record = swaps.get(row["qid"])
+        if record is None:
+            raise DataError(
+                f"QC row {row['qid']} has no accepted swap in the swaps file; rebuild the QC "
+                "contexts from these swaps"
+            )
+        frame.append(record)
+    chosen = random.Random(seed).sample(frame, min(n, len(frame)))
     rows = []
     for k, r in enumerate(chosen, start=1):
         rows.append(

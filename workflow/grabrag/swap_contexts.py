@@ -115,7 +115,12 @@ def _swap_rows(
         passages = [swapped, *negatives]
         if with_original:
             passages.insert(0, {**record["passage"], "role": GOLD_ROLE})
-        row = build_context_row(index, question, condition, passages, seed, counter, max_tokens)
+        # The cap keeps the planted replacement in the swapped passage and the answer in
+        # QX's original one, as it keeps a gold passage's answer in Q100 and Q50.
+        keep = {QC_ROLE: planted, GOLD_ROLE: aliases}
+        row = build_context_row(
+            index, question, condition, passages, seed, counter, max_tokens, keep
+        )
         row["replacement"] = record["replacement"]
         row["replacement_entity"] = record["replacement_entity"]
         row["original_span"] = record["original_span"]

@@ -550,6 +550,11 @@ def _tier_embedded_year(core: str, rng: random.Random) -> Plan:
 def _tier_numeric(core: str, rng: random.Random) -> Plan:
     if not _is_numeric(core):
         raise TierFailure("not_numeric", NOT_APPLICABLE)
+    if _is_year(core):
+        # Choice: a year answer is tier 1's. When its one year shift fails, a 10-30 %
+        # numeric shift would plant an implausible year far outside tier 1's range
+        # (1997 -> 2299), so the question goes on to the paper's next tier (3).
+        raise TierFailure("year_not_numeric", NOT_APPLICABLE)
     n = int(core.replace(",", ""))
     u = rng.uniform(*NUMERIC_FRACTION)
     delta = max(1, math.floor(n * u + 0.5))  # round half up: the paper's nearest-integer

@@ -35,7 +35,19 @@ from .metrics import audit_hwsa, capability_set, decision_rate
 from .policies import SWEEP_CUTOFFS, SWEEP_THRESHOLDS, p3_sweep_decisions
 from .registry import PAPER_POLICIES, Features
 from .results import read_diagnostics, read_metrics, read_sweeps
-from .tabular import NAN, Label, Number, Table, group_means, read_csvs, rows_csv, where
+from .tabular import (
+    NAN,
+    Label,
+    Number,
+    Table,
+    cell_order,
+    group_means,
+    in_order,
+    order_key,
+    read_csvs,
+    rows_csv,
+    where,
+)
 from .tabular import write_table as _write_table
 
 NOT_AVAILABLE = Number("n/a", None)  # a number the data cannot give (no rows to rate)
@@ -49,23 +61,40 @@ def pct(value: float | None, n: int | None = None) -> Number:
     return Number("n/a" if _nan(value) else f"{100 * value:.1f}", value, n=n)
 
 
+def _whole_percent(fraction: float) -> int:
+    """``fraction`` in percent rounded half up to a whole number (0.475 -> 48), as the
+    paper prints Table 1's CI bounds; rounded to 6 decimals first so 0.475 * 100 =
+    47.49999... still rounds up."""
+    return math.floor(round(100 * fraction, 6) + 0.5)
+
+
 def pct_ci(
     value: float | None,
     low: float | None,
     high: float | None,
     signed: bool = False,
     n: int | None = None,
+    whole_bounds: bool = False,
 ) -> Number:
+    """ "12.5 [8.1, 17.0]" in percent; ``signed`` prints a sign on every number;
+    ``whole_bounds`` prints the bounds as whole percents without a sign, as the paper's
+    Table 1 does ("+55.0 [48, 62]")."""
     if _nan(value):
         return Number("n/a", None, n=n)
     sign = "+" if signed else ""
-    ci = "" if _nan(low) or _nan(high) else (f" [{100 * low:{sign}.1f}, {100 * high:{sign}.1f}]")
+    if _nan(low) or _nan(high):
+        ci = ""
+    elif whole_bounds:
+        ci = f" [{_whole_percent(low)}, {_whole_percent(high)}]"
+    else:
+        ci = f" [{100 * low:{sign}.1f}, {100 * high:{sign}.1f}]"
     return Number(f"{100 * value:{sign}.1f}{ci}", value, low, high, n)
 
 
-def _ci(row: Any, signed: bool = False) -> Number:
+def _ci(row: Any, signed: bool = False, whole_bounds: bool = False) -> Number:
     """A metric row as "estimate [low, high]", keeping its n."""
-    return pct_ci(*_triple(row), signed=signed, n=None if row is None else _n(row))
+    n = None if row is None else _n(row)
+    return pct_ci(*_triple(row), signed=signed, n=n, whole_bounds=whole_bounds)
 
 
 def _records(frame: pl.DataFrame) -> list[Any]:
@@ -83,10 +112,10 @@ def _lookup(metrics: pl.DataFrame) -> Callable[..., Any]:
 
 
 def _cells(frame: pl.DataFrame) -> list[tuple[str, str]]:
-    """The (model, dataset) cells of a frame, sorted."""
+    """The (model, dataset) cells of a frame, in the config's order (tabular.listed_in)."""
     if not len(frame):
         return []
-    return sorted(set(zip(frame["model"], frame["dataset"], strict=True)))
+    return cell_order(zip(frame["model"], frame["dataset"], strict=True))
 
 
 def policy_table_policies() -> list[str]:
@@ -151,7 +180,8 @@ def table_hwsa(metrics: pl.DataFrame, with_ci: bool) -> Table:
                 row["HwSA(QC) [95% CI]"] = _ci(qc)
             else:
                 row["HwSA_Q0"], row["HwSA_QC"] = pct(_value(q0)), pct(_value(qc))
-            row["Delta [95% CI]"] = _ci(diff, signed=True)
+            # Table 7 prints the bounds to a decimal with signs, Table 1 as whole percents.
+            row["Delta [95% CI]"] = _ci(diff, signed=True, whole_bounds=not with_ci)
             out.append(row)
     table = Table(out)
     return table if with_ci else with_note(table, _sizes_note("n = QC-eligible questions", sizes))
@@ -168,8 +198,9 @@ def _triple(row: Any) -> tuple[float, float, float]:
 def _pivot(
     frame: pl.DataFrame, index: Sequence[str], column: str, how: str = "mean"
 ) -> dict[tuple[Any, ...], dict[str, float]]:
-    """``frame``'s values as {index key: {column value: mean or sum}}, keys sorted, as a
-    pivot table gives them: missing values left out, a row or column with none dropped."""
+    """``frame``'s values as {index key: {column value: mean or sum}}, keys sorted (models
+    and datasets in the config's order), as a pivot table gives them: missing values left
+    out, a row or column with none dropped."""
     groups: dict[tuple[Any, ...], dict[str, list[float]]] = {}
     for row in frame.iter_rows(named=True):
         value = row["value"]
@@ -180,8 +211,16 @@ def _pivot(
     reduce = (lambda v: float(np.sum(v))) if how == "sum" else (lambda v: float(np.mean(v)))
     return {
         key: {c: reduce(values) for c, values in sorted(by_column.items())}
-        for key, by_column in sorted(groups.items())
+        for key, by_column in sorted(groups.items(), key=lambda kv: _index_key(index, kv[0]))
     }
+
+
+def _index_key(index: Sequence[str], key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Sort key of a pivot row: models and datasets in the config's order, the rest by value."""
+    return tuple(
+        order_key(name, value) if name in ("model", "dataset") else (0, value)
+        for name, value in zip(index, key, strict=True)
+    )
 
 
 def _macro(metrics: pl.DataFrame, policy: str, condition: str, metric: str) -> float:
@@ -453,7 +492,8 @@ def audit_hwsa_rows(
         )
     clean = [qid for qid, quality in ratings.items() if quality != "broken"]
     rows = []
-    for model, policy in sorted({(m, p) for m, p, c in decisions if c == "QC"}):
+    qc_cells = {(m, p) for m, p, c in decisions if c == "QC"}
+    for model, policy in sorted(qc_cells, key=lambda mp: (order_key("model", mp[0]), mp[1])):
         values = audit_hwsa(
             decisions[(model, policy, "QC")], decisions.get((model, policy, "Q0")), clean
         )
@@ -558,14 +598,19 @@ def p3_sweep_rows(
     cb: Sequence[dict],
     p1_q100_decisions: Sequence[dict],
     gold: Mapping[str, Sequence[str]],
+    thresholds: Sequence[float] = SWEEP_THRESHOLDS,
+    cutoffs: Sequence[float] = SWEEP_CUTOFFS,
 ) -> list[dict[str, Any]]:
     """Table 12 inputs for one model x dataset: for every (threshold, cutoff), HwSA at QC,
     FAC at Q100 (on the P1 capability set) and the Q100 answer rate, from stored outputs."""
     capability = capability_set(p1_q100_decisions, gold)
-    sweeps = {condition: p3_sweep_decisions(rows, cb) for condition, rows in p1.items()}
+    sweeps = {
+        condition: p3_sweep_decisions(rows, cb, thresholds, cutoffs)
+        for condition, rows in p1.items()
+    }
     out = []
-    for threshold in SWEEP_THRESHOLDS:
-        for cutoff in SWEEP_CUTOFFS:
+    for threshold in thresholds:
+        for cutoff in cutoffs:
             row = {"threshold": threshold, "cutoff": cutoff}
             if "QC" in sweeps:
                 row["hwsa_qc"] = float(decision_rate(sweeps["QC"][(threshold, cutoff)], "answer"))
@@ -582,8 +627,9 @@ def p3_sweep_rows(
 
 
 def table_p3_sweep(sweep: pl.DataFrame, cutoff: float = 50) -> Table:
-    """Table 12: macro averages over cells at the paper's cutoff."""
-    chosen = sweep.filter(pl.col("cutoff") == cutoff)
+    """Table 12: macro averages over cells at the configured confidence cutoff (the
+    paper's: 50)."""
+    chosen = sweep.filter(_same("cutoff", cutoff))
     grouped = group_means(chosen, "threshold", ("hwsa_qc", "fac_q100", "ans_q100"))
     return Table(
         [
@@ -668,9 +714,9 @@ def _routes(get: Callable[..., Any], key: tuple[str, str, str], condition: str) 
 def table_evid_results(metrics: pl.DataFrame) -> Table:
     """Per cell, policy and condition: HwSA at should-abstain conditions, FAC and the answer
     rate at should-answer ones, the route shares (EVID / EVID+CB), EvidentialRAG's ECE
-    (Eqs. 26-27: P1 and EVID / EVID+CB) and, in its own column, GRAB-RAG's 15-bin
-    midpoint ECE; then one ``pooled`` row per cell and policy over every condition (QX
-    included) with refusal precision / recall / F1 (R = abstained, U = Q0/QC/QX), the
+    (Eqs. 26-27: P0 as naive RAG, P1 and EVID / EVID+CB) and, in its own column,
+    GRAB-RAG's 15-bin midpoint ECE; then one ``pooled`` row per cell and policy over every
+    condition (QX included) with refusal precision / recall / F1 (R = abstained, U = Q0/QC/QX), the
     route shares and EvidentialRAG's pooled ECE."""
     get = _lookup(metrics)
     conditions = [c for c in (*SHOULD_ANSWER, *SHOULD_ABSTAIN) if c in set(metrics["condition"])]
@@ -733,7 +779,7 @@ def table_evid_results(metrics: pl.DataFrame) -> Table:
 
 
 def table_evid_efficiency(summaries: Sequence[Mapping[str, Any]]) -> Table:
-    """Table 11's form per model x dataset: P1 vs EVID / EVID+CB."""
+    """Table 11's form per model x dataset: naive RAG (P0), P1, EVID / EVID+CB."""
 
     def num(value: Any, digits: int, suffix: str = "") -> Number:
         if value is None:
@@ -858,29 +904,29 @@ def table_evid_tau_sweep(sweep: pl.DataFrame, lam: float, tau1: float, tau2: flo
     return Table(rows)
 
 
-def _naive_rag_summary(
-    metrics: pl.DataFrame, cells: set[tuple[str, str]]
+def _single_pass_summary(
+    metrics: pl.DataFrame, cells: set[tuple[str, str]], policy: str
 ) -> tuple[dict[str, str], int]:
-    """The "without evidential evaluator" row (section 5.9: the system collapses to naive
-    RAG): P1's numbers in :func:`_sweep_summary`'s columns, macro-averaged over the
-    ``cells`` (model, dataset) the sweep covers; also how many cells that is."""
+    """A single-pass policy's numbers in :func:`_sweep_summary`'s columns, macro-averaged
+    over the ``cells`` (model, dataset) the sweep covers; also how many cells that is. For
+    P0 this is the "without evidential evaluator" row (section 5.9: the system collapses
+    to naive RAG, which has no abstention controller)."""
     in_cells = pl.Series(
         [(m, d) in cells for m, d in zip(metrics["model"], metrics["dataset"], strict=True)],
         dtype=pl.Boolean,
     )
-    chosen = metrics.filter(in_cells & (metrics["policy"] == "P1"))
+    chosen = metrics.filter(in_cells & (metrics["policy"] == policy))
     get = _lookup(chosen)
     per_cell = _cells(chosen)
 
     def mean(condition: str, metric: str) -> float:
-        values = [_value(get(m, d, "P1", condition, metric)) for m, d in per_cell]
+        values = [_value(get(m, d, policy, condition, metric)) for m, d in per_cell]
         values = [v for v in values if not math.isnan(v)]
         return float(np.mean(values)) if values else float("nan")
 
     def abstain_all(model: str, dataset: str) -> float:
-        rates = [
-            get(model, dataset, "P1", c, "abstain_rate") for c in (*SHOULD_ANSWER, *SHOULD_ABSTAIN)
-        ]
+        conditions = (*SHOULD_ANSWER, *SHOULD_ABSTAIN)
+        rates = [get(model, dataset, policy, c, "abstain_rate") for c in conditions]
         rates = [r for r in rates if r is not None and not math.isnan(_value(r))]
         n = sum(_n(r) for r in rates)
         return sum(_value(r) * _n(r) for r in rates) / n if n else float("nan")
@@ -912,8 +958,8 @@ def table_evid_ablation(
 ):
     """Table 12's form: full EVID vs without conflict-preserving fusion (evidence
     averaging) vs without routing (always answers the top claim), from stored evaluations,
-    and (with ``metrics``) without the evidential evaluator, which leaves naive RAG: P1 on
-    the same model x dataset cells, from the metrics."""
+    and (with ``metrics``) without the evidential evaluator, which leaves naive RAG: P0 on
+    the same model x dataset cells, from the metrics, with P1 in an extra row."""
     rule = f"{float(lam):g}"
     variants = (
         ("full", "evid", rule, True),
@@ -938,17 +984,19 @@ def table_evid_ablation(
             )
     if metrics is not None and len(sweep):
         cells = set(_cells(sweep))
-        summary, n_cells = _naive_rag_summary(metrics, cells)
-        if n_cells:
-            rows.append(
-                {
-                    "policy": "P1",
-                    "variant": "without evidential evaluator (naive RAG: P1)",
-                    "cells": n_cells,
-                    **summary,
-                }
-            )
+        for policy, label in SINGLE_PASS_ABLATION_ROWS:
+            summary, n_cells = _single_pass_summary(metrics, cells, policy)
+            if n_cells:
+                rows.append({"policy": policy, "variant": label, "cells": n_cells, **summary})
     return Table(rows)
+
+
+# The "without evidential evaluator" row is the paper's naive RAG, P0 (no abstention
+# controller); P1 (GRAB-RAG's abstention instruction) follows as an extra row of ours.
+SINGLE_PASS_ABLATION_ROWS = (
+    ("P0", "without evidential evaluator (naive RAG: P0)"),
+    ("P1", "P1 beside it (ours: naive RAG with GRAB-RAG's abstention instruction)"),
+)
 
 
 def table_evid_evaluator(reports: Sequence[Mapping[str, Any]]) -> Table:
@@ -957,7 +1005,15 @@ def table_evid_evaluator(reports: Sequence[Mapping[str, Any]]) -> Table:
     output cut off by max_tokens, closed), the failed rate (counted as zero evidence) and
     the zero-evidence rate (failed, irrelevant or scored 0: the passage adds no claim)."""
     rows = []
-    for report in sorted(reports, key=lambda r: (r["model"], r["dataset"], r["condition"])):
+
+    def report_key(report: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (
+            order_key("model", report["model"]),
+            order_key("dataset", report["dataset"]),
+            report["condition"],
+        )
+
+    for report in sorted(reports, key=report_key):
         passes = int(report["evaluator_passes"])
         status = report.get("status") or {}
 
@@ -1197,7 +1253,7 @@ def table_swap_examples(
     from .swaps import TIERS
 
     rows = []
-    for dataset in sorted(records):
+    for dataset in in_order("dataset", records):
         accepted = sorted(
             (r for r in records[dataset] if r.get("status") == "accepted"),
             key=lambda r: r["index"],
@@ -1255,9 +1311,9 @@ def table_audit_quality(
             (str(kind), str(quality).strip().lower())
             for kind, quality in zip(frame["entity_type"], frame["quality"], strict=True)
         ]
-        for _, frame in sorted(audits.items())
+        for _, frame in sorted(audits.items(), key=lambda kv: order_key("dataset", kv[0]))
     ]
-    scopes = [(d, f) for d, f in zip(sorted(audits), frames, strict=True)]
+    scopes = [(d, f) for d, f in zip(in_order("dataset", audits), frames, strict=True)]
     if len(frames) > 1:
         scopes.append(("Total", [rated for frame in frames for rated in frame]))
     rows = []
@@ -1317,7 +1373,8 @@ def table_closed_book(
     its mean confidence when it answers, and how many answers fall below the P3/P4
     confidence cutoff; then the mean over cells. ``cells``: (model, dataset) -> CB rows."""
     rows = []
-    for (model, dataset), cb in sorted(cells.items()):
+    for model, dataset in cell_order(cells):
+        cb = cells[(model, dataset)]
         n = len(cb)
         abstained = sum(r.get("decision") == "abstain" for r in cb)
         answers = [r for r in cb if r.get("decision") == "answer"]
@@ -1383,8 +1440,8 @@ def table_section6(metrics: pl.DataFrame) -> Table:
         shown = _pp(value) if signed else pct(value)
         rows.append({"Quantity": quantity, "Model": model, "Dataset": dataset, "Value": shown})
 
-    datasets = sorted(set(paper["dataset"]))
-    models = sorted(set(paper["model"]))
+    datasets = in_order("dataset", paper["dataset"])
+    models = in_order("model", paper["model"])
     quantity = "QC abstention rate (%), mean over models and P0-P4"
     for dataset in datasets:
         add(quantity, "all", dataset, mean(where(paper, dataset=dataset), "QC", "abstain_rate"))
@@ -1554,7 +1611,9 @@ TABLES = (
     TableSpec("table9_qc_sources", lambda s: table_qc_sources(s.metrics, per_cell=True)),
     TableSpec("table10_aurc", lambda s: table_aurc(s.metrics)),
     TableSpec("table11_ece", lambda s: table_ece(s.metrics, "ece")),
-    TableSpec("table12_p3_sweep", lambda s: table_p3_sweep(s.p3_sweeps)),
+    TableSpec(
+        "table12_p3_sweep", lambda s: table_p3_sweep(s.p3_sweeps, s.paper["confidence_cutoff"])
+    ),
     TableSpec(
         "normalised_hwsa",
         lambda s: table_metric_by_cell(s.metrics, "normalised_hwsa", "QC", "HwSA@QC / Ans@Q100"),

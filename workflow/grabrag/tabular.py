@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,61 @@ from tabulate import tabulate
 from .io import atomic_write
 
 NAN = float("nan")
+
+# The order tables and figures list models and datasets in: the config's (the paper
+# config's is the paper's: Phi, Llama, Qwen; NQ, HotpotQA). Names the config does not
+# list (seed variants, say) follow, sorted.
+_ORDER: ContextVar[Mapping[str, Sequence[str]] | None] = ContextVar("grabrag_order", default=None)
+
+
+def render_caption(template: str, config: Mapping[str, Any]) -> str:
+    """A caption file's text for the Markdown and LaTeX tables: its Jinja2 expressions
+    rendered as Snakemake's report renders them (``snakemake.config`` is the config), on
+    one line ("\\@" in the file keeps reStructuredText from making "HwSA@QC" an e-mail
+    link)."""
+    from types import SimpleNamespace
+
+    import jinja2
+
+    text = jinja2.Template(template, undefined=jinja2.StrictUndefined).render(
+        snakemake=SimpleNamespace(config=config)
+    )
+    return " ".join(text.split()).replace("\\@", "@")
+
+
+@contextmanager
+def listed_in(models: Sequence[str], datasets: Sequence[str]) -> Iterator[None]:
+    """Within the block, :func:`in_order` lists models and datasets in these orders."""
+    token = _ORDER.set({"model": list(models), "dataset": list(datasets)})
+    try:
+        yield
+    finally:
+        _ORDER.reset(token)
+
+
+def order_key(axis: str, name: str) -> tuple[int, str]:
+    """Sort key of a model (``axis`` "model") or dataset ("dataset") name: its place in the
+    :func:`listed_in` order; unlisted names after the listed ones, by name. A seed variant
+    (``nq_seed43``) sorts right after its base dataset."""
+    order = list((_ORDER.get() or {}).get(axis, ()))
+    if name in order:
+        return (2 * order.index(name), "")
+    base = name.split("_seed")[0]
+    if base in order:
+        return (2 * order.index(base) + 1, name)
+    return (2 * len(order), name)
+
+
+def in_order(axis: str, names: Iterable[str]) -> list[str]:
+    """The distinct ``names`` of one axis ("model" or "dataset") in the listed order."""
+    return sorted(set(names), key=lambda name: order_key(axis, name))
+
+
+def cell_order(cells: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Distinct (model, dataset) cells: models in the listed order, then datasets."""
+    return sorted(
+        set(cells), key=lambda cell: (order_key("model", cell[0]), order_key("dataset", cell[1]))
+    )
 
 
 class Number(str):

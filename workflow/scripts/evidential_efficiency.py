@@ -1,5 +1,6 @@
 """Rule evidential_efficiency: latency, LLM-call accounting and peak memory of EVID /
-EVID_CB against P1 for one model x dataset (EvidentialRAG Table 11)."""
+EVID_CB against naive RAG (P0), with P1 beside it, for one model x dataset (EvidentialRAG
+Table 11)."""
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
@@ -9,12 +10,15 @@ from grabrag.runner import log, run_rule
 
 
 def main(smk):
-    p1 = [row for path in smk.input.p1 for row in read_jsonl(path)]
+    single_pass = {
+        "P0": [row for path in smk.input.p0 for row in read_jsonl(path)],
+        "P1": [row for path in smk.input.p1 for row in read_jsonl(path)],
+    }
     variants = {}
     for cell, path in zip(smk.params.evidential_cells, smk.input.evidential, strict=True):
         variants.setdefault(cell["policy"], []).extend(read_jsonl(path))
     summary = efficiency_summary(
-        p1,
+        single_pass,
         variants,
         read_jsonl(smk.input.cb),
         [read_json(p) for p in smk.input.reports],

@@ -6,12 +6,14 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 
 from grabrag import figures as f
 from grabrag.runner import run_rule
+from grabrag.tabular import listed_in
 
 
 def main(smk):
     files = {name: list(smk.input[name]) for name in smk.input.keys()}
-    sources = f.Sources(files, smk.params.cells, smk.params.fusion)
-    fig = f.figure_spec(smk.wildcards.figure).draw(sources)
+    sources = f.Sources(files, smk.params.cells, smk.params.settings)
+    with listed_in(smk.params.order["models"], smk.params.order["datasets"]):
+        fig = f.figure_spec(smk.wildcards.figure).draw(sources)
     f.save(fig, Path(smk.output.pdf).with_suffix(""))
 
 

@@ -13,7 +13,14 @@ def main(smk):
     p1 = {"Q100": read_jsonl(smk.input.p1_q100)}
     if "p1_qc" in smk.input.keys():  # a config without the QC condition has no HwSA column
         p1["QC"] = read_jsonl(smk.input.p1_qc)
-    rows = p3_sweep_rows(p1, read_jsonl(smk.input.cb), read_jsonl(smk.input.p1_decisions), gold)
+    rows = p3_sweep_rows(
+        p1,
+        read_jsonl(smk.input.cb),
+        read_jsonl(smk.input.p1_decisions),
+        gold,
+        smk.params.grid["thresholds"],
+        smk.params.grid["cutoffs"],
+    )
     write_csv(smk.output.sweep, list(rows[0]), rows)
 
 

@@ -1,5 +1,4 @@
-"""Rule swaps: one swap (or skip reason) per question, the eligibility summary and the
-audit sample for a person to rate."""
+"""Rule swaps: one swap (or skip reason) per question and the eligibility summary."""
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
@@ -9,11 +8,9 @@ from grabrag.ner import load_configured_ner, ner_assets
 from grabrag.runner import log, run_rule
 from grabrag.swap_audit import (
     SWAP_TABLE_COLUMNS,
-    audit_sample,
     eligibility_summary,
     reference_comparison,
     swap_table,
-    write_audit_csv,
 )
 from grabrag.swaps import build_swaps
 
@@ -34,7 +31,6 @@ def main(smk):
     write_jsonl(smk.output.swaps, records)
     write_csv(smk.output.table, SWAP_TABLE_COLUMNS, swap_table(records))
     write_json(smk.output.summary, summary)
-    write_audit_csv(smk.output.audit, audit_sample(records, smk.params.audit_size, smk.params.seed))
     log.info(
         "%s: %d of %d questions QC-eligible, by tier %s, leaks %d",
         smk.wildcards.dataset,

@@ -6,6 +6,7 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 
 from grabrag import tables as t
 from grabrag.runner import log, run_rule
+from grabrag.tabular import listed_in
 
 
 def main(smk):
@@ -16,10 +17,11 @@ def main(smk):
         "paper_outputs": smk.params.paper_outputs,
     }
     sources = t.Sources(files, smk.params.cells, settings)
-    for name, caption in smk.params.captions.items():
-        table = t.build_table(name, sources)
-        t.write_table(table, Path(smk.output[name]).with_suffix(""), caption)
-        log.info("%s: %d rows", name, len(table))
+    with listed_in(smk.params.order["models"], smk.params.order["datasets"]):
+        for name, caption in smk.params.captions.items():
+            table = t.build_table(name, sources)
+            t.write_table(table, Path(smk.output[name]).with_suffix(""), caption)
+            log.info("%s: %d rows", name, len(table))
 
 
 run_rule(snakemake, main)  # noqa: F821
