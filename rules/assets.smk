@@ -5,6 +5,7 @@
 
 localrules:
     fetch_asset,
+    plan,
 
 
 rule fetch_asset:
@@ -21,3 +22,19 @@ rule fetch_asset:
         code=script_code("fetch_asset.py"),
     script:
         "../workflow/scripts/fetch_asset.py"
+
+
+# What the config will fetch (bytes per asset) and run (model calls per rule), before
+# any download: `snakemake --configfile config/paper.yaml plan`.
+rule plan:
+    output:
+        plan="results/plan.md",
+    log:
+        "results/logs/plan.log",
+    conda:
+        GRABRAG_ENV
+    params:
+        config=stable(config),
+        code=script_code("plan.py"),
+    script:
+        "../workflow/scripts/plan.py"

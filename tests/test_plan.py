@@ -1,0 +1,87 @@
+"""The plan: what a config fetches and runs, stated before any download."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from grabrag.config import validate_config
+from grabrag.plan import asset_bytes, human_bytes, model_calls, plan_text, used_assets
+
+from .conftest import REPO
+
+
+def _config(name: str) -> dict:
+    return validate_config(yaml.safe_load((REPO / "config" / name).read_text()))
+
+
+def test_the_paper_config_plan_by_hand() -> None:
+    config = _config("paper.yaml")
+    assert len(used_assets(config)) == 9  # 3 GGUF, 2 datasets, BGE, GLiNER + tokenizer, DeBERTa
+    calls = {r["rule"]: r for r in model_calls(config)}
+    # 3 models x (500 + 500) questions x 4 conditions x P0, P1, P2
+    assert calls["generate_context_prompts"]["calls"] == 3 * 1000 * 4 * 3 == 36_000
+    assert calls["generate_context_prompts"]["jobs"] == 3 * 2 * 4
+    assert calls["generate_closed_book"]["calls"] == 3_000
+    # Table 13: Llama x NQ rebuilt at Q0 and QC
+    assert calls["generate_context_prompts (seed sensitivity)"]["calls"] == 500 * 2 * 3
+    # the transformers verifier: at most one pair per passage, not LLM calls
+    assert calls["nli"]["calls"] == 3 * 1000 * 4 * 5 and calls["nli"]["llm"] is False
+    assert "evidential_evaluate" not in calls and "cdd_generate" not in calls
+    text = plan_text(config, lookup_hub=False)
+    # the declared sizes: 2.49 + 4.92 + 4.68 + 1.0 + 1.5 + 0.4 + 0.8 + 0.0025 + 3.5 GB
+    assert "In all: 19.3 GB." in text
+    assert "In all: 102,000 model calls, 42,000 of them LLM calls" in text
+
+
+def test_the_extended_config_plans_every_method() -> None:
+    calls = {r["rule"]: r["calls"] for r in model_calls(_config("extended.yaml"))}
+    per_condition = 3 * 1000 * 5  # models x questions x conditions (QX added)
+    assert calls["evidential_evaluate"] == per_condition * 5  # one call per passage
+    assert calls["evidential_generate"] == per_condition * 2  # EVID and EVID_CB
+    # steps 1, 3, 4, 5; the diagnostics' 5 reruns; step 2 in context; the model gate
+    assert calls["cdd_generate"] == per_condition * (4 + 5 + 1 + 1)
+    assert calls["baselines_generate"] == per_condition * 4
+
+
+def test_sizes_come_from_the_hub_else_the_config() -> None:
+    # the hub is not reachable here: the declared size, then nothing
+    spec = {"hub": "org/none", "revision": "7" * 40, "size_bytes": 1_500_000}
+    assert asset_bytes(spec) == (1_500_000, "declared (size_bytes)")
+    assert asset_bytes({"hub": "org/none", "revision": "7" * 40}) == (None, "unknown")
+    assert (human_bytes(1_500_000), human_bytes(999), human_bytes(None)) == (
+        "1.5 MB",
+        "999 B",
+        "unknown",
+    )
+
+
+def test_plan_rule_runs_without_any_download(tmp_path: Path) -> None:
+    """`snakemake --configfile config/paper.yaml plan` as the README gives it: one local
+    job that fetches nothing."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "--configfile",
+            str(REPO / "config/paper.yaml"),
+            "-c1",
+            "plan",
+        ],  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    plan = (tmp_path / "results/plan.md").read_text()
+    assert "| llama-3.1-8b-instruct-q4_k_m |" in plan and "In all: 19.3 GB" in plan
+    assert not (tmp_path / "resources").exists()  # no asset was fetched
