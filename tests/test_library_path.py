@@ -36,12 +36,18 @@ def _run_probe(tmp_path: Path, clone: Path, pythonpath: Path) -> subprocess.Comp
     )
 
 
-def test_a_job_runs_its_checkouts_library_over_an_installed_copy(tmp_path: Path) -> None:
-    # a second clone, and a copy of the library installed ahead of it on the path (a
-    # non-editable install, or a venv shared with another checkout)
+def _clone_and_installed_copy(tmp_path: Path) -> tuple[Path, Path]:
+    """A second clone of the workflow, and a site folder holding a copy of the library to
+    put ahead of it on the path (a non-editable install, or a venv shared with another
+    checkout)."""
     clone = copy_workflow(tmp_path / "clone")
     installed = tmp_path / "site"
     shutil.copytree(REPO / "workflow/grabrag", installed / "grabrag")
+    return clone, installed
+
+
+def test_a_job_runs_its_checkouts_library_over_an_installed_copy(tmp_path: Path) -> None:
+    clone, installed = _clone_and_installed_copy(tmp_path)
     (installed / "grabrag/__init__.py").write_text('__version__ = "the installed copy"\n')
     proc = _run_probe(tmp_path, clone, installed)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -51,9 +57,7 @@ def test_a_job_runs_its_checkouts_library_over_an_installed_copy(tmp_path: Path)
 
 
 def test_a_job_with_another_grabrag_already_imported_stops_naming_both(tmp_path: Path) -> None:
-    clone = copy_workflow(tmp_path / "clone")
-    installed = tmp_path / "site"
-    shutil.copytree(REPO / "workflow/grabrag", installed / "grabrag")
+    clone, installed = _clone_and_installed_copy(tmp_path)
     # sitecustomize runs at interpreter start: the other copy is imported before the script
     (installed / "sitecustomize.py").write_text("import grabrag\n")
     proc = _run_probe(tmp_path, clone, installed)

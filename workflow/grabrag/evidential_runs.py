@@ -30,6 +30,7 @@ for every condition).
 
 from __future__ import annotations
 
+import itertools
 import math
 import resource
 from collections import Counter
@@ -104,16 +105,9 @@ def fold_group_sizes(evaluation_row: Mapping[str, Any]) -> list[int]:
     """The sizes of the stored evaluations' fold groups, in fold order (``fold_group``;
     :func:`grabrag.evidential.fold_groups`), for :func:`grabrag.evidential.fuse`."""
     entries = sorted(evaluation_row["evaluations"], key=lambda e: e["fold_rank"])
-    sizes: list[int] = []
-    last = None
-    for k, entry in enumerate(entries):
-        group = entry.get("fold_group", f"own {k}")
-        if sizes and group == last:
-            sizes[-1] += 1
-        else:
-            sizes.append(1)
-        last = group
-    return sizes
+    # An entry without a fold group is a group of its own.
+    groups = (e.get("fold_group", f"own {k}") for k, e in enumerate(entries))
+    return [len(list(members)) for _, members in itertools.groupby(groups)]
 
 
 def stored_evaluation(entry: Mapping[str, Any]) -> E.Evaluation:

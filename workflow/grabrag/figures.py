@@ -23,7 +23,7 @@ from .io import atomic_write, read_jsonl  # noqa: E402
 from .metrics import confidence_and_correct, reliability_bins, risk_coverage  # noqa: E402
 from .registry import Features  # noqa: E402
 from .results import read_metrics, read_sweeps  # noqa: E402
-from .tabular import group_means, in_order, where  # noqa: E402
+from .tabular import group_means, in_order, same_float, where  # noqa: E402
 
 # Colours of registered policies that name none, in registration order.
 SPARE_COLOURS = ("#000000", "#a6761d", "#6a3d9a", "#b15928", "#1f78b4", "#fb9a99")
@@ -195,7 +195,7 @@ def _means(frame: pl.DataFrame, by: str, column: str) -> tuple[list[Any], np.nda
 def p3_sweep_figure(sweep: pl.DataFrame, cutoff: float = 50, threshold: float = 0.8) -> Any:
     """P3's HwSA@QC, FAC@Q100 and Ans@Q100 against the F1 threshold (macro average) at the
     configured confidence ``cutoff``, the configured ``threshold`` marked."""
-    chosen = sweep.filter((pl.col("cutoff").cast(pl.Float64) - float(cutoff)).abs() < 1e-9)
+    chosen = sweep.filter(same_float("cutoff", cutoff))
     fig, ax = plt.subplots(figsize=(5, 3.4))
     for column, label, style in (
         ("hwsa_qc", "HwSA@QC", "-o"),
@@ -364,9 +364,7 @@ def lambda_sweep_figure(sweep: pl.DataFrame, lam: float, tau1: float, tau2: floa
     """EvidentialRAG's fusion-rule sweep at the configured thresholds: answer rate at QC and
     QX (should abstain: lower is safer) and Ans@Q100 against lambda, normalised Dempster as
     its own tick; one panel per model (datasets averaged), one colour per policy."""
-    chosen = where(sweep, variant="evid").filter(
-        (pl.col("tau1") - tau1).abs() < 1e-9, (pl.col("tau2") - tau2).abs() < 1e-9
-    )
+    chosen = where(sweep, variant="evid").filter(same_float("tau1", tau1), same_float("tau2", tau2))
     models = in_order("model", chosen["model"]) or [""]
     colours, names = policy_colours(), policy_names()
     fig, axes = plt.subplots(
@@ -482,7 +480,6 @@ DECISIONS = "decisions"  # every decision file, with the context rows for their 
 # The config settings a figure can draw with (the rules pass each figure only its own):
 P3 = "p3"  # policies.confidence_cutoff and policies.f1_threshold as cutoff and threshold
 FUSION = "fusion"  # evidential.lam, tau1, tau2
-FIGURE_SETTINGS = (P3, FUSION)
 
 
 @dataclass(frozen=True)
@@ -491,7 +488,7 @@ class FigureSpec:
     ``workflow/report/figure.rst``), how it is drawn from the :class:`Sources`, what it
     reads besides the metrics, and when a config produces it. ``averaged``: it reads the
     metrics averaged over the datasets instead of each dataset's. ``settings``: the config
-    settings it draws with (:data:`FIGURE_SETTINGS`), in ``Sources.settings`` by name; its
+    settings it draws with (:data:`P3`, :data:`FUSION`), in ``Sources.settings`` by name; its
     caption reads the same settings from the config."""
 
     name: str

@@ -1,8 +1,9 @@
 """Checking the QC swaps once they are built (GRAB-RAG Appendix C, Table 6).
 
 The eligibility summary with its leak recount, the flat swap table for a spreadsheet, the
-uniform sample of the QC questions for the paper's manual quality audit and the reader of the filled
-audit, and the comparison with Longpre et al.'s (2021) own substitutions on BIG-bench NQ.
+uniform sample of the QC questions for the paper's manual quality audit and the reader of
+the filled audit, and the comparison with Longpre et al.'s (2021) own substitutions on
+BIG-bench NQ.
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ from .tabular import (
     order_key,
     read_csvs,
     rows_csv,
+    same_float,
     where,
 )
 from .tabular import write_table as _write_table
@@ -629,7 +630,7 @@ def p3_sweep_rows(
 def table_p3_sweep(sweep: pl.DataFrame, cutoff: float = 50) -> Table:
     """Table 12: macro averages over cells at the configured confidence cutoff (the
     paper's: 50)."""
-    chosen = sweep.filter(_same("cutoff", cutoff))
+    chosen = sweep.filter(same_float("cutoff", cutoff))
     grouped = group_means(chosen, "threshold", ("hwsa_qc", "fac_q100", "ans_q100"))
     return Table(
         [
@@ -854,15 +855,10 @@ def _cells_of(sweep: pl.DataFrame) -> int:
     return len(_cells(sweep))
 
 
-def _same(column: str, value: float) -> pl.Expr:
-    """``column`` equals ``value`` as a float (a threshold read from a CSV)."""
-    return (pl.col(column).cast(pl.Float64) - float(value)).abs() < 1e-9
-
-
 def table_evid_lambda_sweep(sweep: pl.DataFrame, lam: float, tau1: float, tau2: float):
     """Table 9's form: the fusion rule (normalised Dempster, lambda 0 ... 1) at the
     configured thresholds, per policy, macro-averaged over model x dataset cells."""
-    chosen = where(sweep, variant="evid").filter(_same("tau1", tau1), _same("tau2", tau2))
+    chosen = where(sweep, variant="evid").filter(same_float("tau1", tau1), same_float("tau2", tau2))
     default = f"{float(lam):g}"
     rows = []
     for policy in sorted(set(chosen["policy"]), key=policy_sort_key):
@@ -891,7 +887,7 @@ def table_evid_tau_sweep(sweep: pl.DataFrame, lam: float, tau1: float, tau2: flo
     rows = []
     for policy in sorted(set(chosen["policy"]), key=policy_sort_key):
         for a, b in pairs:
-            part = where(chosen, policy=policy).filter(_same("tau1", a), _same("tau2", b))
+            part = where(chosen, policy=policy).filter(same_float("tau1", a), same_float("tau2", b))
             label = f"({a:g}, {b:g})" + (" (default)" if (a, b) == (tau1, tau2) else "")
             rows.append(
                 {
@@ -971,7 +967,7 @@ def table_evid_ablation(
         for label, variant, rule_value, routed in variants:
             part = where(sweep, policy=policy, variant=variant, rule=rule_value)
             if routed:
-                part = part.filter(_same("tau1", tau1), _same("tau2", tau2))
+                part = part.filter(same_float("tau1", tau1), same_float("tau2", tau2))
             if not len(part):
                 continue
             rows.append(
@@ -1348,7 +1344,7 @@ def table_cutoff_sweep(sweep: pl.DataFrame, threshold: float = 0.8, reference: f
     """Appendix F: P3 across the closed-book confidence cutoffs at the F1 threshold,
     macro-averaged over model x dataset cells, with each metric's difference from the
     ``reference`` cutoff (pp)."""
-    chosen = sweep.filter(_same("threshold", threshold))
+    chosen = sweep.filter(same_float("threshold", threshold))
     grouped = group_means(chosen, "cutoff", ("hwsa_qc", "fac_q100", "ans_q100"))
     base = grouped.get(reference)
     rows = []

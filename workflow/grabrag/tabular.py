@@ -391,6 +391,11 @@ def where(frame: pl.DataFrame, **equal: Any) -> pl.DataFrame:
     return frame.filter(*(pl.col(column) == value for column, value in equal.items()))
 
 
+def same_float(column: str, value: float) -> pl.Expr:
+    """``column`` equals ``value`` as a float (a threshold read from a CSV)."""
+    return (pl.col(column).cast(pl.Float64) - float(value)).abs() < 1e-9
+
+
 def group_means(
     frame: pl.DataFrame, by: str, columns: Sequence[str]
 ) -> dict[Any, dict[str, float]]:
