@@ -84,16 +84,24 @@ def ensure_micro_model() -> Path:
 
 
 def snakemake_command(
-    workdir: Path, *args: str, configfile: Path = TINY, snakefile: Path = REPO / "Snakefile"
+    workdir: Path,
+    *args: str,
+    configfile: Path = TINY,
+    snakefile: Path = REPO / "Snakefile",
+    resources: Path = RESOURCES,
 ) -> list[str]:
     """The real workflow in ``workdir`` with the tiny config and the shared resources."""
     if "-n" not in args and "--lint" not in args:
         ensure_micro_model()
-    return _command(workdir, *args, configfile=configfile, snakefile=snakefile)
+    return _command(workdir, *args, configfile=configfile, snakefile=snakefile, resources=resources)
 
 
 def _command(
-    workdir: Path, *args: str, configfile: Path = TINY, snakefile: Path = REPO / "Snakefile"
+    workdir: Path,
+    *args: str,
+    configfile: Path = TINY,
+    snakefile: Path = REPO / "Snakefile",
+    resources: Path = RESOURCES,
 ) -> list[str]:
     return [
         sys.executable,
@@ -106,7 +114,7 @@ def _command(
         "--configfile",
         str(configfile),
         "--config",
-        f"resources_dir={RESOURCES}",
+        f"resources_dir={resources}",
         "--cores",
         "2",
         *args,
@@ -121,8 +129,11 @@ def snakemake(
     check: bool = True,
     timeout: int = 1800,
     env: dict[str, str] | None = None,
+    resources: Path = RESOURCES,
 ) -> subprocess.CompletedProcess[str]:
-    cmd = snakemake_command(workdir, *args, configfile=configfile, snakefile=snakefile)
+    cmd = snakemake_command(
+        workdir, *args, configfile=configfile, snakefile=snakefile, resources=resources
+    )
     proc = subprocess.run(
         cmd,
         capture_output=True,

@@ -49,8 +49,11 @@ def _field(reader, key: str):
     return field.contents()
 
 
-def build_micro_gguf(source: Path, target: Path, seed: int = 0) -> Path:
-    """Write the micro model to ``target`` (atomically) from ``source``'s tokenizer."""
+def build_micro_gguf(
+    source: Path, target: Path, seed: int = 0, chat_template: str | None = None
+) -> Path:
+    """Write the micro model to ``target`` (atomically) from ``source``'s tokenizer;
+    ``chat_template`` replaces SmolLM2's (the weights stay the same)."""
     import gguf
 
     reader = gguf.GGUFReader(str(source))
@@ -107,7 +110,7 @@ def build_micro_gguf(source: Path, target: Path, seed: int = 0) -> Path:
     writer.add_pad_token_id(_field(reader, "tokenizer.ggml.padding_token_id"))
     writer.add_add_bos_token(_field(reader, "tokenizer.ggml.add_bos_token"))
     writer.add_add_space_prefix(_field(reader, "tokenizer.ggml.add_space_prefix"))
-    writer.add_chat_template(_field(reader, "tokenizer.chat_template"))
+    writer.add_chat_template(chat_template or _field(reader, "tokenizer.chat_template"))
 
     def small(*shape: int, scale: float = 0.02) -> np.ndarray:
         return (scale * rng.standard_normal(shape, dtype=np.float32)).astype(np.float16)

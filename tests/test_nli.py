@@ -11,12 +11,14 @@ from grabrag.assets import resolve
 from grabrag.errors import DataError
 from grabrag.nli import (
     LABELS,
+    LazyVerifier,
     LlmNli,
     NliError,
     TransformersNli,
     canonical_label,
     hypothesis,
     label_map,
+    lazy_verifier,
     nli_report,
     nli_rows,
 )
@@ -200,9 +202,9 @@ SENTENCES = [
 ]
 
 
-def _tokenizer():
+def spm_model() -> bytes:
+    """A tiny SentencePiece unigram model with DeBERTa-v3's special pieces (spm.model)."""
     import sentencepiece as spm
-    from transformers import DebertaV2Tokenizer
 
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
@@ -222,7 +224,14 @@ def _tokenizer():
         hard_vocab_limit=False,
         minloglevel=2,
     )
-    processor = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    return model.getvalue()
+
+
+def _tokenizer():
+    import sentencepiece as spm
+    from transformers import DebertaV2Tokenizer
+
+    processor = spm.SentencePieceProcessor(model_proto=spm_model())
     vocab = [(processor.id_to_piece(i), processor.get_score(i)) for i in range(len(processor))]
     return DebertaV2Tokenizer(vocab=vocab)
 
@@ -368,3 +377,35 @@ def test_nli_device_auto_uses_cuda_only_where_torch_has_it() -> None:
     else:
         with pytest.raises(NliError, match="sees no CUDA GPU.*nli.device: cpu"):
             torch_device("cuda", "m")
+
+
+def test_a_cell_without_pairs_loads_no_verifier_and_one_with_pairs_loads_it_once() -> None:
+    loads: list[RecordingVerifier] = []
+
+    def load() -> RecordingVerifier:
+        loads.append(RecordingVerifier())
+        return loads[-1]
+
+    skipped = [_context("b", 0, ["one"])]
+    lazy = LazyVerifier("fake:recorder", 8, load)
+    rows = nli_rows(skipped, [_cb("b", "abstain", "", 99)], lazy, cutoff=50)
+    assert loads == [] and rows[0]["verifier"] == "fake:recorder"
+    verified = [_context("a", 0, ["not here"]), _context("c", 1, ["fine"])]
+    cb_rows = [_cb("a", "answer", "Paris", 90), _cb("c", "answer", "Rome", 80)]
+    assert nli_rows(verified, cb_rows, lazy, cutoff=50)[0]["labels"] == ["contradiction"]
+    nli_rows(verified, cb_rows, lazy, cutoff=50)
+    assert len(loads) == 1 and len(loads[0].calls) == 2
+    with pytest.raises(NliError, match="loaded as fake:recorder, not transformers:other"):
+        LazyVerifier("transformers:other", 8, RecordingVerifier).classify([("a", "b")])
+
+
+def test_the_lazy_verifier_is_named_as_the_loaded_one(tiny_models) -> None:
+    lazy = lazy_verifier("transformers", tiny_models["random"], batch_size=4, name="nli-x")
+    eager = TransformersNli(tiny_models["random"], batch_size=4, name="nli-x")
+    assert (lazy.name, lazy.batch_size) == (eager.name, eager.batch_size)
+    pairs = [("Paris is in France.", "Paris is in Spain.")]
+    assert lazy.classify(pairs) == eager.classify(pairs)
+    unnamed = lazy_verifier("transformers", tiny_models["random"])
+    assert unnamed.name == TransformersNli(tiny_models["random"]).name
+    with pytest.raises(NliError, match="unknown NLI backend 'bert'"):
+        lazy_verifier("bert", tiny_models["random"])

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import re
 import shutil
@@ -31,6 +30,8 @@ from grabrag import assets
 from grabrag.assets import MANIFEST, lock_path, materialise
 from grabrag.config import validate_config
 from grabrag.errors import AssetError, ConfigError
+
+from .local_hub import LocalHub
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = [REPO / "config" / "paper.yaml", REPO / "config" / "extended.yaml"]
@@ -100,47 +101,6 @@ def test_ner_tokenizer_must_be_a_declared_asset_of_the_gliner_backend() -> None:
 
 
 # --------------------------------------------------------------------------- pinned hub assets
-
-
-class LocalHub:
-    """The download transport only: serves ``root/<repo>/`` as every commit of ``repo``;
-    ``head`` is the commit a branch name resolves to. Records every revision asked for."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.head = "1" * 40
-        self.asked: list[str] = []
-        self.rows: list[dict] = []
-
-    def repo_info(self, repo_id: str, revision: str, repo_type: str) -> SimpleNamespace:
-        self.asked.append(revision)
-        return SimpleNamespace(sha=self.head)
-
-    def snapshot_download(self, repo_id, *, revision, local_dir, allow_patterns=None, **_):
-        self.asked.append(revision)
-        local_dir = Path(local_dir)
-        for path in sorted((self.root / repo_id).rglob("*")):
-            rel = path.relative_to(self.root / repo_id).as_posix()
-            if path.is_file() and (
-                allow_patterns is None or any(fnmatch.fnmatch(rel, p) for p in allow_patterns)
-            ):
-                (local_dir / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy(path, local_dir / rel)
-        # the real client keeps its bookkeeping beside the files
-        (local_dir / ".cache" / "huggingface").mkdir(parents=True, exist_ok=True)
-        (local_dir / ".cache" / "huggingface" / "meta").write_text(revision)
-        return str(local_dir)
-
-    def hf_hub_download(self, repo_id, filename, *, revision, local_dir, **_):
-        self.asked.append(revision)
-        shutil.copy(self.root / repo_id / filename, Path(local_dir) / filename)
-        return str(Path(local_dir) / filename)
-
-    def load_dataset(self, repo, config=None, *, split, revision):
-        import datasets
-
-        self.asked.append(revision)
-        return datasets.Dataset.from_list(self.rows)
 
 
 @pytest.fixture
@@ -363,24 +323,11 @@ def offline_assets(tmp_path_factory: pytest.TempPathFactory, encoder_dir: Path) 
     encoder config (as urchade/gliner_medium-v2.1), its backbone tokenizer folder, the same
     folder without config.json, a tiny DeBERTa-v2 NLI model and the MiniLM encoder."""
     from .test_nli import MNLI_ORDER, _save_classifier, _tokenizer
-    from .tiny_gliner import build_tiny_gliner
+    from .tiny_gliner import as_published, build_tiny_gliner
 
     root = tmp_path_factory.mktemp("offline")
     model_dir, backbone = build_tiny_gliner(root, encoder_dir)
-    # As published on the hub: the backbone by its hub name, no tokenizer, no encoder config.
-    saved = json.loads((model_dir / "gliner_config.json").read_text())
-    saved.update(
-        model_name="microsoft/deberta-v3-base",
-        encoder_config=None,
-        class_token_index=-1,
-        vocab_size=-1,
-    )
-    (model_dir / "gliner_config.json").write_text(json.dumps(saved))
-    for path in model_dir.iterdir():
-        if path.name not in {"gliner_config.json"} and not path.name.startswith(
-            ("model", "pytorch")
-        ):
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    as_published(model_dir)
     bare = root / "bare-tok"
     shutil.copytree(backbone, bare)
     (bare / "config.json").unlink()

@@ -377,6 +377,34 @@ def nli_report(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+class LazyVerifier:
+    """A verifier whose model loads at its first ``classify`` call: a cell in which no
+    closed-book answer is confident has no pairs, and its job loads no model (for the
+    paper's DeBERTa-v3-large that is most of such a job's time)."""
+
+    def __init__(self, name: str, batch_size: int, load: Callable[[], Verifier]) -> None:
+        self.name = name
+        self.batch_size = batch_size
+        self._load = load
+        self._verifier: Verifier | None = None
+
+    def classify(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
+        if self._verifier is None:
+            self._verifier = self._load()
+            if self._verifier.name != self.name:
+                raise NliError(f"the verifier loaded as {self._verifier.name}, not {self.name}")
+        return self._verifier.classify(pairs)
+
+
+def lazy_verifier(backend: str, model_path: str | Path, **settings: Any) -> LazyVerifier:
+    """:func:`build_verifier`'s verifier, loaded only when it first has pairs to label."""
+    if backend not in ("transformers", "llm"):
+        raise NliError(f"unknown NLI backend {backend!r}; known: transformers, llm")
+    name = f"{backend}:{settings.get('name') or Path(model_path).name}"
+    batch_size = int(settings.get("batch_size", 16)) if backend == "transformers" else 8
+    return LazyVerifier(name, batch_size, lambda: build_verifier(backend, model_path, **settings))
+
+
 def build_verifier(
     backend: str,
     model_path: str | Path,

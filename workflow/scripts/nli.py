@@ -5,13 +5,13 @@ import llama_cpp  # noqa: F401  (first: see grabrag.generation.LLAMA_FIRST)
 
 from grabrag.assets import resolve
 from grabrag.io import read_jsonl, write_jsonl
-from grabrag.nli import build_verifier, nli_report, nli_rows
+from grabrag.nli import lazy_verifier, nli_report, nli_rows
 from grabrag.runner import log, run_rule
 
 
 def main(smk):
     nli, model = smk.params.nli, smk.params.model
-    verifier = build_verifier(
+    verifier = lazy_verifier(
         nli["backend"],
         resolve(smk.input.verifier),
         n_threads=smk.threads,
