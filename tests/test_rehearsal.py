@@ -217,9 +217,26 @@ def test_the_paper_backends_did_the_work(rehearsal) -> None:
         for path in (results / "nli").rglob("*.jsonl")
         for line in path.read_text().splitlines()
     ]
-    assert {r["verifier"] for r in nli} == {"transformers:deberta-v3-large-nli"}
-    assert any(r["labels"] for r in nli), "no NLI pair was labelled in the whole run"
+    assert nli and {r["verifier"] for r in nli} == {"transformers:deberta-v3-large-nli"}
     pool_log = (results / "logs" / "entity_pool" / f"{dataset}.log").read_text()
     assert "GLiNER type" in pool_log, pool_log
     embed_log = (results / "logs" / "embed_corpus" / f"{dataset}.log").read_text()
     assert "with bge-small-en-v1.5 (dim 384)" in embed_log, embed_log
+
+
+def test_the_deberta_verifier_labels_pairs(paper_run: SimpleNamespace) -> None:
+    """Where a closed-book answer is confident, the transformers verifier loads and labels
+    every passage (the extended rehearsal's one model never is: its cells load no model)."""
+    labelled = [
+        json.loads(line)
+        for path in (paper_run.workdir / "results" / "nli").rglob("*.jsonl")
+        for line in path.read_text().splitlines()
+    ]
+    labelled = [r for r in labelled if r["skipped_reason"] is None]
+    assert labelled, "no closed-book answer was confident in the whole paper rehearsal"
+    assert all(len(r["labels"]) == len(r["pids"]) > 0 for r in labelled)
+    assert {label for r in labelled for label in r["labels"]} <= {
+        "entailment",
+        "neutral",
+        "contradiction",
+    }
