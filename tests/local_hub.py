@@ -13,11 +13,20 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 HEAD = "1" * 40
+# Environment variables that point the hub clients somewhere (endpoint, cache, token, mode).
+HUB_ENV_PREFIXES = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "SENTENCE_TRANSFORMERS")
+
+
+def env_without_hub_settings() -> dict[str, str]:
+    """This process's environment less every hub client setting, for a child process whose
+    hub settings a test sets itself."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(HUB_ENV_PREFIXES)}
 
 
 class LocalHub:

@@ -31,7 +31,7 @@ from grabrag.assets import MANIFEST, lock_path, materialise
 from grabrag.config import validate_config
 from grabrag.errors import AssetError, ConfigError
 
-from .local_hub import LocalHub
+from .local_hub import LocalHub, env_without_hub_settings
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = [REPO / "config" / "paper.yaml", REPO / "config" / "extended.yaml"]
@@ -358,11 +358,7 @@ def offline_run(offline_assets: dict, tmp_path_factory: pytest.TempPathFactory) 
     import os
 
     home = tmp_path_factory.mktemp("hf-home")
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "SENTENCE_TRANSFORMERS"))
-    }
+    env = env_without_hub_settings()
     env.update(
         HF_HUB_OFFLINE="1",
         HF_DATASETS_OFFLINE="1",

@@ -31,7 +31,7 @@ import yaml
 
 from .conftest import REPO, RESOURCES, ensure_micro_model, planned_jobs, snakemake
 from .hub_standins import build_upstream, rehearsal_config
-from .local_hub import HEAD
+from .local_hub import HEAD, env_without_hub_settings
 
 pytestmark = pytest.mark.integration
 
@@ -74,11 +74,7 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
 
 def rehearsal_env(hub_root: Path, home: Path) -> dict[str, str]:
     """Job processes see the local hub and an offline hub client with an empty cache."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "SENTENCE_TRANSFORMERS"))
-    }
+    env = env_without_hub_settings()
     env.update(
         GRABRAG_TEST_HUB=str(hub_root),
         PYTHONPATH=os.pathsep.join(
