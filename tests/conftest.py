@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -21,6 +22,46 @@ RESOURCES = Path(os.environ.get("GRABRAG_RESOURCES", REPO / "resources")).resolv
 MICRO_ASSET = "micro-smollm2"
 REAL_MODEL_ASSET = "smollm2-135m-instruct-q4_1"
 _micro_ready = False
+# pytest runs on pytest-xdist workers (`-n` in pyproject.toml's addopts); each workflow run
+# gets its worker's share of the CPUs, at most the 2 the tiny config is sized for. Two
+# llama.cpp jobs whose threads outnumber the cores stall each other at every barrier.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+CORES = max(1, min(2, (os.cpu_count() or 1) // WORKERS))
+
+# Tests that read one finished workflow run (a session or module fixture) run on the same
+# worker, so each run is made once: the group follows from the fixtures a test uses.
+SHARED_RUN_GROUPS = {
+    "tiny_run": "tiny_run",
+    "slurm_cluster": "slurm",
+    "paper_run": "rehearsal_paper",
+    "extended_run": "rehearsal_extended",
+}
+# The order the workers take the groups in (`--no-loadscope-reorder` keeps it), longest
+# first, so that no long run is left for the end: the cluster (mostly waiting) and the
+# tiny run go to one worker each, then the two rehearsals, then the modules.
+GROUP_ORDER = ("slurm", "tiny_run", "rehearsal_paper", "rehearsal_extended")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        groups = {group for name, group in SHARED_RUN_GROUPS.items() if name in fixtures}
+        # test_rehearsal's `rehearsal` fixture is parametrised over the shipped configs
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "rehearsal" in callspec.params:
+            groups.add(f"rehearsal_{callspec.params['rehearsal']}")
+        assert len(groups) <= 1, f"{item.nodeid} reads the runs of several groups: {groups}"
+        # Any other test stays with its module, whose module-scoped fixtures (loaded models,
+        # dry-run plans) a worker would otherwise make again after each switch of module.
+        group = groups.pop() if groups else item.path.name
+        item.add_marker(pytest.mark.xdist_group(group))
+        item.stash[_GROUP] = group
+    rank = {group: i for i, group in enumerate(GROUP_ORDER)}
+    items.sort(key=lambda item: rank.get(item.stash[_GROUP], len(rank)))
+
+
+_GROUP = pytest.StashKey[str]()
 
 
 def _rule_declarations() -> dict[str, str]:
@@ -52,34 +93,52 @@ MODEL_RULES = frozenset(MODEL_RULE_BENCHMARKS)
 
 
 def ensure_micro_model() -> Path:
-    """Build the tiny config's micro model where the config expects it, once; its bytes
-    must match the sha256 pinned in the config (the builder is deterministic)."""
+    """Build the tiny config's micro model where the config expects it, once, and its
+    manifest in the shared resources; the model's bytes must match the sha256 pinned in
+    the config (the builder is deterministic). Under a machine-wide lock: two workers'
+    workflow runs would otherwise both fetch the manifest, each replacing the other's."""
     global _micro_ready
-    from grabrag.assets import resolve, sha256_file
+    if _micro_ready:
+        return Path(yaml.safe_load(TINY.read_text())["assets"][MICRO_ASSET]["path"]).expanduser()
+    with LOCK_FILE.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            target = _build_micro_model()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    _micro_ready = True
+    return target
+
+
+LOCK_FILE = Path(tempfile.gettempdir()) / "grabrag-test-micro-model.lock"
+
+
+def _build_micro_model() -> Path:
+    from grabrag.assets import manifest_path, materialise, resolve, sha256_file
 
     spec = yaml.safe_load(TINY.read_text())["assets"][MICRO_ASSET]
     target = Path(spec["path"]).expanduser()
-    if _micro_ready or (target.is_file() and sha256_file(target) == spec["sha256"]):
-        _micro_ready = True
-        return target
-    from .micro_model import build_micro_gguf
+    if not (target.is_file() and sha256_file(target) == spec["sha256"]):
+        from .micro_model import build_micro_gguf
 
-    real = RESOURCES / REAL_MODEL_ASSET / "manifest.json"
-    if not real.exists():
-        fetch = subprocess.run(
-            _command(Path(tempfile.mkdtemp(prefix="grabrag-fetch-")), str(real)),
-            capture_output=True,
-            text=True,
-            cwd=REPO,
+        real = RESOURCES / REAL_MODEL_ASSET / "manifest.json"
+        if not real.exists():
+            fetch = subprocess.run(
+                _command(Path(tempfile.mkdtemp(prefix="grabrag-fetch-")), str(real)),
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+            )
+            assert fetch.returncode == 0, fetch.stdout[-3000:] + fetch.stderr[-3000:]
+        build_micro_gguf(resolve(real), target)
+        built = sha256_file(target)
+        assert built == spec["sha256"], (
+            f"the micro model built from {resolve(real)} has sha256 {built}, the tiny config "
+            f"pins {spec['sha256']}: tests/micro_model.py changed; update the pin in {TINY}"
         )
-        assert fetch.returncode == 0, fetch.stdout[-3000:] + fetch.stderr[-3000:]
-    build_micro_gguf(resolve(real), target)
-    built = sha256_file(target)
-    assert built == spec["sha256"], (
-        f"the micro model built from {resolve(real)} has sha256 {built}, the tiny config pins "
-        f"{spec['sha256']}: tests/micro_model.py changed; update the pin in {TINY}"
-    )
-    _micro_ready = True
+    manifest = Path(manifest_path(str(RESOURCES), MICRO_ASSET))
+    if not manifest.exists():
+        materialise(MICRO_ASSET, spec, manifest)
     return target
 
 
@@ -116,7 +175,7 @@ def _command(
         "--config",
         f"resources_dir={resources}",
         "--cores",
-        "2",
+        str(CORES),
         *args,
     ]
 

@@ -110,12 +110,14 @@ def _rehearse(name: str, upstream: SimpleNamespace, work: Path) -> SimpleNamespa
     )
 
 
-@pytest.fixture(scope="module")
+# Session-scoped like the tiny run: a worker may run other modules' tests between two of
+# a rehearsal's, which would tear a module-scoped run down and make it again.
+@pytest.fixture(scope="session")
 def paper_run(upstream: SimpleNamespace, tmp_path_factory) -> SimpleNamespace:
     return _rehearse("paper", upstream, tmp_path_factory.mktemp("rehearsal_paper"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def extended_run(upstream: SimpleNamespace, tmp_path_factory) -> SimpleNamespace:
     return _rehearse("extended", upstream, tmp_path_factory.mktemp("rehearsal_extended"))
 

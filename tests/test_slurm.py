@@ -11,11 +11,12 @@ suite's "two clean runs give identical outputs" check: the SLURM run and the loc
 two independent runs of the same work.
 
 The cluster runs the tiny config's paper pipeline (policies P0-P4) on its SQuAD questions
-(EvidentialRAG and CDD add ~20 LLM calls per question, and every SLURM job adds ~20 s of
-scheduling and start-up on CI's 2 cores, too slow to run the whole tiny config twice):
-every file it writes upstream of the metrics must equal the local full tiny run's, which
-computed the same cells with the same params; its metrics, tables and figures must exist
-(they summarise less than the local run's, so they are not compared byte for byte).
+in two of the context conditions, Q0 and QC (QC needs the whole CPU chain: swaps and the
+QC contexts), up to the metrics: every SLURM job adds ~20 s of scheduling and start-up on
+CI's 2 cores, too slow to run the whole tiny config, and each further condition adds only
+more jobs of the same rules. The same targets run locally first (the `local_pipeline`
+fixture, with the workflow profile as `snakemake` uses it): every file the cluster writes,
+metrics included, must equal the local run's.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import REPO, TINY, snakemake_command
+from .conftest import REPO, TINY, copy_run, snakemake, snakemake_command
 from .test_workflow import _outputs, planned_jobs
 
 pytestmark = pytest.mark.integration
@@ -219,10 +220,16 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         assert down is not None and down.returncode == 0, down_report
 
 
+# The context conditions the cluster runs (the closed-book pass Qclosed always runs).
+SLURM_CONDITIONS = ("Q0", "QC")
+
+
 def paper_pipeline_config(directory: Path) -> Path:
-    """The tiny config's SQuAD questions with the paper's policies (see the module docstring)."""
+    """The tiny config's SQuAD questions with the paper's policies in two conditions (see
+    the module docstring); written to `directory`."""
     config = yaml.safe_load(TINY.read_text())
     config.setdefault("policies", {})["names"] = ["P0", "P1", "P2", "P3", "P4"]
+    config.setdefault("generation", {})["conditions"] = list(SLURM_CONDITIONS)
     config["datasets"] = {"squad": config["datasets"]["squad"]}
     config["seed_sensitivity"] = None
     for method in ("evidential", "cdd"):
@@ -230,6 +237,22 @@ def paper_pipeline_config(directory: Path) -> Path:
     path = directory / "tiny_paper_pipeline.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+# What the cluster runs: the SQuAD metrics, so every stage upstream of them runs (data,
+# retrieval, contexts, QC swaps, generation, NLI, policies). Tables and figures take one
+# SLURM job of their own and test nothing more about the cluster.
+TARGETS = ("results/metrics/squad.csv",)
+
+
+@pytest.fixture(scope="module")
+def local_pipeline(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The paper pipeline's targets run locally: the reference the cluster's run must equal,
+    and the finished work the failing-rule test reruns on the cluster. (It asks for the
+    cluster first, so that where there is none the tests skip before running anything.)"""
+    workdir = tmp_path_factory.mktemp("local_pipeline")
+    snakemake(workdir, *TARGETS, configfile=paper_pipeline_config(workdir))
+    return workdir
 
 
 def run_on_slurm(
@@ -257,6 +280,10 @@ def run_on_slurm(
             f"--- stderr ---\n{_tail(exc.stderr)}\n{report}",
             pytrace=False,
         )
+
+
+def _files_under(root: Path, folder: str) -> set[str]:
+    return {str(p.relative_to(root)) for p in (root / folder).rglob("*") if p.is_file()}
 
 
 def slurm_jobs(output: str) -> list[dict[str, str]]:
@@ -291,25 +318,14 @@ def gpu_rules(dry_run_output: str) -> set[str]:
 
 
 def test_tiny_config_on_slurm_equals_the_local_run(
-    tiny_run: Path, slurm_cluster: Path, tmp_path: Path
+    local_pipeline: Path, slurm_cluster: Path, tmp_path: Path
 ) -> None:
     profile = yaml.safe_load((PROFILE / "config.yaml").read_text())
     grouped = profile["groups"]
-    # The targets: every SQuAD file of the stages upstream of the metrics that the local
-    # run wrote (data, retrieval, contexts, QC swaps, generation, NLI, policies), and the
-    # metrics. Tables and figures are the local run's business (they take a SLURM job of
-    # their own and test nothing about the cluster).
-    local = _outputs(tiny_run)
-    upstream = ("data/", "retrieval/", "contexts/", "qc/", "generation/", "nli/", "policies/")
-    local_squad = {
-        name for name in local if name.startswith(upstream) and "squad" in Path(name).parts
-    }
-    assert len(local_squad) > 60, sorted(local_squad)
-    targets = [f"results/{name}" for name in sorted(local_squad)] + ["results/metrics/squad.csv"]
     plan_dir = tmp_path / "plan"
     plan_dir.mkdir()
     dry = subprocess.run(
-        snakemake_command(plan_dir, "-n", *targets, configfile=paper_pipeline_config(plan_dir)),
+        snakemake_command(plan_dir, "-n", *TARGETS, configfile=paper_pipeline_config(plan_dir)),
         capture_output=True,
         text=True,
         timeout=300,
@@ -318,31 +334,29 @@ def test_tiny_config_on_slurm_equals_the_local_run(
     assert dry.returncode == 0, dry.stdout + dry.stderr
     planned = planned_jobs(dry.stdout)
     gpu = gpu_rules(dry.stdout)
-    assert {"generate_context_prompts", "generate_closed_book"} <= gpu
+    assert {"generate_context_prompts", "generate_closed_book", "nli"} <= gpu
+    assert planned["generate_context_prompts"] == planned["nli"] == len(SLURM_CONDITIONS)
+    assert {"swaps", "qc_contexts", "policy", "metrics"} <= set(planned), planned
+    planned_logs = set(re.findall(r"^\s+log: (results/logs/\S+)$", dry.stdout, re.MULTILINE))
 
     workdir = tmp_path / "run"
     workdir.mkdir()
-    proc = run_on_slurm(workdir, slurm_cluster, *targets)
+    proc = run_on_slurm(workdir, slurm_cluster, *TARGETS)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{_tail(output, 8000)}\n{_cluster_report(slurm_cluster)}"
 
-    # Every output upstream of the metrics is exactly the local run's (timing aside).
+    # Every output is exactly the local run's (timing aside), the metrics included.
+    local = _outputs(local_pipeline)
     on_slurm = _outputs(workdir)
-    compared = [name for name in on_slurm if not name.startswith("metrics/")]
-    assert set(compared) == local_squad
-    assert [name for name in compared if local[name] != on_slurm[name]] == []
-    squad_policies = [name for name in local if name.startswith("policies/micro/squad/")]
-    assert squad_policies and all(name in on_slurm for name in squad_policies)
+    assert sorted(on_slurm) == sorted(local)
+    assert [name for name in on_slurm if local[name] != on_slurm[name]] == []
+    for condition in SLURM_CONDITIONS:
+        for policy in ("P0", "P1", "P2", "P3", "P4"):
+            assert f"policies/micro/squad/{condition}/{policy}.jsonl" in on_slurm
     assert "metrics/squad.csv" in on_slurm
-    # Every rule job kept its log: the local run's SQuAD logs of the paper pipeline's rules.
-    local_logs = {str(p.relative_to(tiny_run)) for p in (tiny_run / "results/logs").rglob("*.log")}
-    expected_logs = {
-        log
-        for log in local_logs
-        if "squad" in Path(log).parts
-        and not Path(log).parts[2].startswith(("evidential", "cdd", "baselines"))
-    }
-    assert expected_logs and all((workdir / log).is_file() for log in expected_logs)
+    # Every rule job kept its log: each log the plan declares.
+    logs = {str(p.relative_to(workdir)) for p in (workdir / "results/logs").rglob("*.log")}
+    assert planned_logs and sorted(planned_logs - logs) == []
 
     jobs = slurm_jobs(output)
     assert jobs and all(job["State"] == "COMPLETED" for job in jobs), jobs
@@ -387,25 +401,20 @@ def test_tiny_config_on_slurm_equals_the_local_run(
 
 
 def test_failing_rule_on_slurm_is_reported_and_its_log_kept(
-    tiny_run: Path, slurm_cluster: Path, tmp_path: Path
+    local_pipeline: Path, slurm_cluster: Path, tmp_path: Path
 ) -> None:
-    shutil.copytree(tiny_run / "results", tmp_path / "results")
-    shutil.copytree(
-        tiny_run / ".snakemake",
-        tmp_path / ".snakemake",
-        dirs_exist_ok=True,
-        ignore=shutil.ignore_patterns("locks", "incomplete", "slurm_logs"),
-    )
+    copy_run(local_pipeline, tmp_path)
     # A truncated line in one context file: its generation and NLI jobs (one SLURM job each)
-    # and the grouped qc_contexts job fail; nothing of the other dataset reruns.
+    # and the grouped qc_contexts job fail; the closed-book cell, which does not read it,
+    # does not rerun.
     contexts = tmp_path / "results/contexts/squad/Q0.jsonl"
     lines = contexts.read_text().splitlines()
     lines[0] = lines[0][:40]
     contexts.write_text("\n".join(lines) + "\n")
-    other = {k: v for k, v in _outputs(tmp_path).items() if "nq_bigbench" in k}
+    closed_book = {k: v for k, v in _outputs(tmp_path).items() if "Qclosed" in k}
+    assert closed_book
 
-    # the full tiny config: only squad's cells rerun, and squad runs P0-P4 only
-    proc = run_on_slurm(tmp_path, slurm_cluster, configfile=TINY)
+    proc = run_on_slurm(tmp_path, slurm_cluster, *TARGETS)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, _tail(output)
     assert "Q0.jsonl, line 1: not valid JSON" in output, _tail(output)
@@ -420,5 +429,5 @@ def test_failing_rule_on_slurm_is_reported_and_its_log_kept(
         assert len(logs) == 1, f"SLURM log of failed job {job} not kept"
         assert f"Logfile {logs[0]}:" in output  # the failure report shows it
         assert "not valid JSON" in logs[0].read_text(errors="replace")
-    assert not [job for job in jobs if "nq_bigbench" in job["Comment"]]
-    assert {k: v for k, v in _outputs(tmp_path).items() if "nq_bigbench" in k} == other
+    assert not [job for job in jobs if "closed_book" in job["Comment"]], jobs
+    assert {k: v for k, v in _outputs(tmp_path).items() if "Qclosed" in k} == closed_book
