@@ -18,7 +18,7 @@ rule cdd_generate:
         "results/benchmarks/cdd_generate/{model}/{dataset}/{condition}.tsv"
     conda:
         GRABRAG_ENV
-    threads: workflow.cores
+    threads: MODEL_THREADS
     resources:
         gpu=1,
     params:
@@ -48,7 +48,7 @@ if CDD_BASELINES:
             "results/benchmarks/baselines_generate/{model}/{dataset}/{condition}.tsv"
         conda:
             GRABRAG_ENV
-        threads: workflow.cores
+        threads: MODEL_THREADS
         resources:
             gpu=1,
         params:

@@ -43,6 +43,23 @@ except ConfigError as _error:
 # One conda environment for every rule (paths in rule files are relative to rules/).
 GRABRAG_ENV = "../envs/grabrag.yaml"
 RESOURCES = config["resources_dir"]
+
+
+def _model_threads():
+    """A model job's CPU threads in a local run: the cores shared among the GPU jobs that
+    run at once (`--resources gpu=N` runs N, each on a device of its own, see
+    grabrag.devices), so that N of them fit side by side instead of each asking for every
+    core. One GPU slot (the default profile's gpu=1): every core. On a cluster the
+    profile's set-threads gives each job its own."""
+    slots = workflow.global_resources.get("gpu")
+    slots = getattr(slots, "value", slots)
+    if isinstance(workflow.cores, int) and isinstance(slots, int) and slots > 1:
+        return max(1, workflow.cores // slots)
+    return workflow.cores
+
+
+MODEL_THREADS = _model_threads()
+
 DATASETS = sorted(config["datasets"])
 MODELS = sorted(config["models"])
 # The order tables and figures list models and datasets in: the config's.

@@ -18,7 +18,7 @@ rule evidential_evaluate:
         "results/benchmarks/evidential_evaluate/{model}/{dataset}/{condition}.tsv"
     conda:
         GRABRAG_ENV
-    threads: workflow.cores
+    threads: MODEL_THREADS
     resources:
         gpu=1,
     params:
@@ -50,7 +50,7 @@ rule evidential_generate:
         "results/benchmarks/evidential_generate/{model}/{dataset}/{condition}.tsv"
     conda:
         GRABRAG_ENV
-    threads: workflow.cores
+    threads: MODEL_THREADS
     resources:
         gpu=1,
     params:

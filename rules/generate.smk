@@ -17,7 +17,7 @@ rule generate_context_prompts:
         "results/benchmarks/generate/{model}/{dataset}/{condition}.tsv"
     conda:
         GRABRAG_ENV
-    threads: workflow.cores
+    threads: MODEL_THREADS
     resources:
         gpu=1,
     params:
@@ -41,7 +41,7 @@ rule generate_closed_book:
         "results/benchmarks/generate/{model}/{dataset}/Qclosed.tsv"
     conda:
         GRABRAG_ENV
-    threads: workflow.cores
+    threads: MODEL_THREADS
     resources:
         gpu=1,
     params:

@@ -16,7 +16,7 @@ rule nli:
         "results/benchmarks/nli/{model}/{dataset}/{condition}.tsv"
     conda:
         GRABRAG_ENV
-    threads: workflow.cores
+    threads: MODEL_THREADS
     resources:
         gpu=1,
     params:

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from . import devices
 from .errors import GrabragError
 from .plugins import load_modules
 
@@ -30,6 +31,8 @@ def run_rule(smk: Any, main: Callable[[Any], None]) -> None:
     """Call ``main(snakemake)``; a GrabragError becomes one clear line and exit status 1.
     The config's policy modules are loaded first: a job runs in a process of its own."""
     setup_logging(smk.log[0] if len(smk.log) else None)
+    if devices.CLAIM is not None:
+        log.info(devices.CLAIM.describe())
     started = time.perf_counter()
     try:
         load_modules(smk.config["policies"]["modules"])

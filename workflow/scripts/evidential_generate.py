@@ -5,6 +5,7 @@ import time
 from pathlib import Path
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
+import _job_gpu  # noqa: F401  (claims this job's GPU before any CUDA library loads)
 import llama_cpp  # noqa: F401  (first: see grabrag.generation.LLAMA_FIRST)
 
 from grabrag.assets import resolve

@@ -1,0 +1,14 @@
+"""Claims one GPU for this model job before llama.cpp or torch loads (grabrag.devices).
+
+The scripts of the GPU rules import it right after _grabrag_path and ahead of llama_cpp
+and torch: CUDA reads CUDA_VISIBLE_DEVICES once, when it starts. A job that declares no
+`gpu` resource claims nothing; run_rule logs the claim.
+"""
+
+import __main__
+from grabrag import devices
+
+_job = getattr(__main__, "snakemake", None)
+_gpus = _job.resources.get("gpu", 0) if _job is not None else 0
+if getattr(_gpus, "value", _gpus):
+    devices.CLAIM = devices.claim_gpu()
