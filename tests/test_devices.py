@@ -140,8 +140,9 @@ def test_workflow_model_jobs_each_claim_their_own_device(tmp_path: Path) -> None
 def test_every_gpu_rule_claims_its_device_before_llama_cpp_or_torch_loads() -> None:
     from .conftest import _rule_declarations
 
+    declarations = _rule_declarations()
     for rule in MODEL_RULES:
-        script = re.search(r'^\s*script:\s*"([^"]+)"', _rule_declarations()[rule], re.MULTILINE)
+        script = re.search(r'^\s*script:\s*"([^"]+)"', declarations[rule], re.MULTILINE)
         assert script, f"GPU rule {rule} runs no script"
         source = (REPO / "rules" / script.group(1)).resolve().read_text()
         imports = re.findall(r"^(?:import|from) (\w+)", source, re.MULTILINE)

@@ -255,18 +255,16 @@ def local_pipeline(slurm_cluster: Path, tmp_path_factory: pytest.TempPathFactory
     return workdir
 
 
-def run_on_slurm(
-    workdir: Path, base: Path, *args: str, configfile: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    """`snakemake --profile profiles/slurm` (as conftest.snakemake); by default on the tiny
-    paper pipeline."""
+def run_on_slurm(workdir: Path, base: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`snakemake --profile profiles/slurm` (as conftest.snakemake) on the tiny paper
+    pipeline."""
     cmd = snakemake_command(
         workdir,
         "--profile",
         str(PROFILE),
         *FAST_POLLING,
         *args,
-        configfile=configfile or paper_pipeline_config(workdir),
+        configfile=paper_pipeline_config(workdir),
     )
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT, cwd=REPO)
@@ -280,10 +278,6 @@ def run_on_slurm(
             f"--- stderr ---\n{_tail(exc.stderr)}\n{report}",
             pytrace=False,
         )
-
-
-def _files_under(root: Path, folder: str) -> set[str]:
-    return {str(p.relative_to(root)) for p in (root / folder).rglob("*") if p.is_file()}
 
 
 def slurm_jobs(output: str) -> list[dict[str, str]]:

@@ -9,6 +9,5 @@ import __main__
 from grabrag import devices
 
 _job = getattr(__main__, "snakemake", None)
-_gpus = _job.resources.get("gpu", 0) if _job is not None else 0
-if getattr(_gpus, "value", _gpus):
+if _job is not None and _job.resources.get("gpu", 0):
     devices.CLAIM = devices.claim_gpu()
