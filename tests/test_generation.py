@@ -261,6 +261,7 @@ def test_generation_rows_have_every_column(tiny_run: Path) -> None:
         "prompt_tokens",
         "completion_tokens",
         "seconds",
+        "batch",
     }
     assert all(set(r) == columns for r in rows)
     assert {r["prompt"] for r in rows} == {"P1"} and {r["condition"] for r in rows} == {"Q50"}

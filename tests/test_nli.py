@@ -160,6 +160,7 @@ def test_nli_rows_run_only_where_p4_needs_them_in_one_batch() -> None:
         "labels": ["neutral", "contradiction", "neutral", "neutral", "neutral"],
         "pids": ["a-p0", "a-p1", "a-p2", "a-p3", "a-p4"],
         "verifier": "fake:recorder",
+        "batch": 1,  # a verifier without a decoding batch: one call at a time
         "skipped_reason": None,
     }
     assert d["labels"] == ["neutral", "neutral"] and d["skipped_reason"] is None

@@ -279,16 +279,23 @@ def test_killed_generation_job_resumes_and_matches_an_uninterrupted_run(
             finished_calls = len(checkpoint.read_text().splitlines())
             if finished_calls >= 3:  # question 0 done, question 1 in flight
                 break
-        time.sleep(0.05)
+        time.sleep(0.02)
     assert job.poll() is None, "the job finished before it could be killed"
     os.killpg(job.pid, signal.SIGKILL)
     job.wait()
-    assert 3 <= finished_calls < 6
+    # The tiny model decodes batch: 2, so each question's three calls are decoded as one
+    # group (a question's prompts stay together), which reaches the checkpoint whole or is
+    # redone whole.
+    kept = [
+        line for line in checkpoint.read_text().splitlines(keepends=True) if line.endswith("\n")
+    ]
+    assert 3 <= len(kept) < 6
     assert not (cell_dir / "P2.jsonl").exists()
     snakemake(tmp_path, "--unlock", target)
     snakemake(tmp_path, target)
     log = (tmp_path / f"results/logs/generate/{MODEL}/nq_bigbench/Q100.log").read_text()
-    assert log.count("(from checkpoint)") == 1  # question 0 (its 3 calls) was not generated again
+    # question 0 (its 3 calls) was not generated again
+    assert log.count("(from checkpoint)") == 1
     for prompt in ("P0", "P1", "P2"):
         relative = f"generation/{MODEL}/nq_bigbench/Q100/{prompt}.jsonl"
         assert _without_timing(tmp_path / "results" / relative) == _without_timing(

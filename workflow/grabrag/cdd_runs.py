@@ -83,6 +83,7 @@ import numpy as np
 
 from . import cdd as C
 from . import metrics as M
+from .batching import Batcher, run_in_groups
 from .bootstrap import (
     CONFIDENCE_LEVEL,
     N_RESAMPLES,
@@ -295,6 +296,7 @@ def run_traces(
     gate: str = C.LEXICAL,
     fingerprint: str = "",
     log: Callable[[str], None] | None = None,
+    batcher: Batcher[Any, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`cdd_question` for every context row, resuming from ``checkpoint``.
 
@@ -304,7 +306,9 @@ def run_traces(
     writes (timing aside). ``parametric``, ``diagnostics`` and ``gate`` as in
     :func:`cdd_question`. ``fingerprint`` names the settings: checkpoint rows of other
     settings are not reused. The caller removes the checkpoint once the output is
-    written. ``log`` gets one progress line per question."""
+    written. ``log`` gets one progress line per question. With a ``batcher`` (the model's
+    batch > 1) the questions of a group run side by side, each question's steps in their
+    order; a group not finished when the job was killed is redone whole."""
     if parametric not in C.PARAMETRIC_SOURCES:
         raise ValueError(f"unknown parametric source {parametric!r}")
     cb: dict[str, Mapping[str, Any]] = {}
@@ -317,38 +321,57 @@ def run_traces(
                 f"({len(missing)} of {len(rows)} questions); CDD's parametric step reads it"
             )
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
-    done = read_trace_checkpoint(checkpoint, fingerprint)
+    batch = batcher.size if batcher else 1
+    done = read_trace_checkpoint(checkpoint, f"{fingerprint}/batch {batch}")
     started = time.perf_counter()
     generated = 0
-    with checkpoint.open("a", encoding="utf-8") as handle:
-        for position, row in enumerate(rows, start=1):
-            qid = row["qid"]
-            share = f"[{position}/{len(rows)}] {100 * position / len(rows):5.1f}%"
-            if qid in done:
-                if log:
-                    log(f"{share} {qid} (from checkpoint)")
-                continue
-            out = cdd_question(
-                complete,
-                reset,
-                row,
-                cb.get(qid),
-                parametric=parametric,
-                diagnostics=diagnostics,
-                gate=gate,
-            )
-            append_checkpoint_row(handle, {**out, _FINGERPRINT: fingerprint})
-            done[qid] = out
-            generated += 1
+    position = {row["qid"]: i for i, row in enumerate(rows, start=1)}
+
+    def share(qid: str) -> str:
+        return f"[{position[qid]}/{len(rows)}] {100 * position[qid] / len(rows):5.1f}%"
+
+    def question(row: Mapping[str, Any]) -> dict[str, Any]:
+        qid = row["qid"]
+        one = reset if batcher is None else _no_reset
+        kwargs = {"parametric": parametric, "diagnostics": diagnostics, "gate": gate}
+        return {**cdd_question(complete, one, row, cb.get(qid), **kwargs), "batch": batch}
+
+    def skipped(group: Sequence[Mapping[str, Any]]) -> None:
+        for row in group:
             if log:
-                elapsed = time.perf_counter() - started
-                left = sum(1 for r in rows[position:] if r["qid"] not in done)
-                eta = elapsed / generated * left
-                log(
-                    f"{share} {qid}: {out['llm_calls']} LLM calls ({out['reused_calls']} "
-                    f"reused), {out['question_seconds']:.1f} s; ETA {eta:.0f} s"
-                )
+                log(f"{share(row['qid'])} {row['qid']} (from checkpoint)")
+
+    with checkpoint.open("a", encoding="utf-8") as handle:
+
+        def finished(group: Sequence[Mapping[str, Any]], outs: list[dict[str, Any]]) -> None:
+            nonlocal generated
+            for row, out in zip(group, outs, strict=True):
+                qid = row["qid"]
+                append_checkpoint_row(handle, {**out, _FINGERPRINT: f"{fingerprint}/batch {batch}"})
+                done[qid] = out
+                generated += 1
+                if log:
+                    elapsed = time.perf_counter() - started
+                    left = sum(1 for r in rows if r["qid"] not in done)
+                    eta = elapsed / generated * left
+                    log(
+                        f"{share(qid)} {qid}: {out['llm_calls']} LLM calls "
+                        f"({out['reused_calls']} reused), {out['question_seconds']:.1f} s; "
+                        f"ETA {eta:.0f} s"
+                    )
+
+        if batcher is not None:
+            run_in_groups(batcher, rows, question, lambda r: r["qid"] in done, finished, skipped)
+        for row in rows if batcher is None else ():
+            if row["qid"] in done:
+                skipped([row])
+            else:
+                finished([row], [question(row)])
     return [done[r["qid"]] for r in rows]
+
+
+def _no_reset() -> None:
+    """A batched unit's reset: every batched call starts from an empty KV stream."""
 
 
 def _filler(words: int) -> str:

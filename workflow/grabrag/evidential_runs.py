@@ -42,6 +42,7 @@ import numpy as np
 
 from . import evidential as E
 from . import metrics as M
+from .batching import Batcher, run_in_groups
 from .errors import DataError
 from .generation import PARSE_FAILED, parse_output
 from .io import append_checkpoint_row, read_checkpoint_rows
@@ -208,25 +209,46 @@ def run_evaluations(
     checkpoint: Path,
     max_tokens: int,
     progress: Progress | None = None,
+    batcher: Batcher[Any, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluation rows for every question, resuming from ``checkpoint`` (one line per
     finished question, so a killed job redoes at most the question in flight). The KV
     cache is reset before each question, so a resumed run computes what an uninterrupted
     one does. The checkpoint is left in place; the caller removes it once the output is
-    written."""
-    done = read_checkpoint_rows(checkpoint)
+    written. With a ``batcher`` (the model's batch > 1) the questions of a group run side
+    by side, each keeping its passage order and inventory; a group not finished when the
+    job was killed is redone whole."""
+    batch = batcher.size if batcher else 1
+    done = read_checkpoint_rows(checkpoint, keep=lambda row: row.get("batch", 1) == batch)
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
+
+    def evaluate(row: Mapping[str, Any]) -> dict[str, Any]:
+        stepping = _stepping(complete, progress, row["qid"])
+        return {**evaluate_question(stepping, row, max_tokens), "batch": batch}
+
+    def skipped(rows: Sequence[Mapping[str, Any]]) -> None:
+        if progress:
+            for row in rows:
+                k = len(row["passages"])
+                progress.skip(f"{row['qid']} passages 1-{k}", n=k)
+
     with checkpoint.open("a", encoding="utf-8") as handle:
-        for row in context_rows:
-            k = len(row["passages"])
+
+        def finished(rows: Sequence[Mapping[str, Any]], outs: list[dict[str, Any]]) -> None:
+            for row, out in zip(rows, outs, strict=True):
+                done[(row["qid"],)] = out
+                append_checkpoint_row(handle, out)
+
+        if batcher is not None:
+            run_in_groups(
+                batcher, context_rows, evaluate, lambda r: (r["qid"],) in done, finished, skipped
+            )
+        for row in context_rows if batcher is None else ():
             if (row["qid"],) in done:
-                if progress:
-                    progress.skip(f"{row['qid']} passages 1-{k}", n=k)
+                skipped([row])
                 continue
             reset()
-            out = evaluate_question(_stepping(complete, progress, row["qid"]), row, max_tokens)
-            done[(row["qid"],)] = out
-            append_checkpoint_row(handle, out)
+            finished([row], [evaluate(row)])
     return [done[(row["qid"],)] for row in context_rows]
 
 
@@ -423,38 +445,69 @@ def run_generation(
     settings: Mapping[str, float],
     checkpoint: Path,
     progress: Progress | None = None,
+    batcher: Batcher[Any, Any] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """One generator call per question per variant (the route's prompt, the paper's JSON
     answer grammar), resuming from ``checkpoint``; rows per variant in question order.
 
     The variants of one question run back to back after a KV-cache reset (they share the
-    context prefix); a question in flight when the job was killed is redone whole."""
+    context prefix); a question in flight when the job was killed is redone whole. With a
+    ``batcher`` (the model's batch > 1) the calls of ``batcher.size // len(variants)``
+    questions (at least one) are decoded together; a group not finished when the job was
+    killed is redone whole."""
     for variant in variants:
         if variant not in VARIANTS:
             raise ValueError(f"unknown evidential variant {variant!r}")
     if EVID_CB in variants and cb_rows is None:
         raise ValueError("EVID_CB needs the closed-book (CB) rows")
     evaluations, cb = _matched(context_rows, evaluation_rows, cb_rows)
-    done = read_checkpoint_rows(checkpoint, ("qid", "policy"))
+    batch = batcher.size if batcher else 1
+    done = read_checkpoint_rows(
+        checkpoint, ("qid", "policy"), keep=lambda row: row.get("batch", 1) == batch
+    )
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
+
+    def generate(unit: tuple[Mapping[str, Any], str]) -> dict[str, Any]:
+        row, variant = unit
+        qid = row["qid"]
+        state, messages = plan_question(row, evaluations[qid], cb.get(qid), variant, settings)
+        result = complete(messages, None, None)
+        out = evidential_row(row, evaluations[qid], variant, state, result, cb.get(qid))
+        return {**out, "batch": batch}
+
     with checkpoint.open("a", encoding="utf-8") as handle:
-        for row in context_rows:
+
+        def finished(units: Sequence[tuple[Mapping[str, Any], str]], outs: list[Any]) -> None:
+            for (row, variant), out in zip(units, outs, strict=True):
+                done[(row["qid"], variant)] = out
+                append_checkpoint_row(handle, out)
+                if progress:
+                    progress.step(f"{row['qid']} {variant} ({out['route']})")
+
+        def skipped(units: Sequence[tuple[Mapping[str, Any], str]]) -> None:
+            if progress:
+                progress.skip(f"{units[0][0]['qid']} .. {units[-1][0]['qid']}", n=len(units))
+
+        if batcher is not None:
+            run_in_groups(
+                batcher,
+                [(row, variant) for row in context_rows for variant in variants],
+                generate,
+                lambda unit: (unit[0]["qid"], unit[1]) in done,
+                finished,
+                skipped,
+                per_question=len(variants),
+            )
+        for row in context_rows if batcher is None else ():
             qid = row["qid"]
             pending = [v for v in variants if (qid, v) not in done]
             if pending and len(pending) < len(variants):
                 pending = list(variants)
             if pending:
                 reset()
-            for variant in pending:
-                state, messages = plan_question(
-                    row, evaluations[qid], cb.get(qid), variant, settings
-                )
-                result = complete(messages, None, None)
-                out = evidential_row(row, evaluations[qid], variant, state, result, cb.get(qid))
-                done[(qid, variant)] = out
-                append_checkpoint_row(handle, out)
-                if progress:
-                    progress.step(f"{qid} {variant} ({state['route']})")
+            units = [(row, variant) for variant in pending]
+            for unit in units:
+                finished([unit], [generate(unit)])
             if not pending and progress:
                 progress.skip(f"{qid} {', '.join(variants)}", n=len(variants))
     return {v: [done[(row["qid"], v)] for row in context_rows] for v in variants}

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .batching import BatchedDecoder, Batcher, run_in_groups
 from .errors import GrabragError
 from .greedy_grammar import install as install_argmax_first_grammar
 from .io import append_checkpoint_row, read_checkpoint_rows
@@ -162,6 +163,7 @@ class LlamaGenerator:
             n_gpu_layers=model["n_gpu_layers"],
             allow_cpu=model["allow_cpu"],
             chat_format=model["chat_format"],
+            batch=model.get("batch", 1),
         )
 
     def __init__(
@@ -172,6 +174,8 @@ class LlamaGenerator:
         n_gpu_layers: int = 0,
         chat_format: str | None = None,
         allow_cpu: bool = False,
+        batch: int = 1,
+        flash_attn: bool = False,
     ) -> None:
         import llama_cpp
         from llama_cpp import llama_chat_format
@@ -182,6 +186,13 @@ class LlamaGenerator:
         if warning:
             logging.getLogger("grabrag").warning("%s", warning)
         self.settings = settings
+        if batch > 1 and settings.temperature != 0:
+            raise GenerationError(
+                f"batch: {batch} decodes greedily, but generation.temperature is "
+                f"{settings.temperature}; set the model's batch to 1 to sample"
+            )
+        self.batch = batch
+        self.n_threads = n_threads
         model_path = Path(model_path)
         if not model_path.is_file():
             raise GenerationError(f"model file {model_path} does not exist")
@@ -207,6 +218,7 @@ class LlamaGenerator:
                 n_gpu_layers=n_gpu_layers,
                 seed=settings.seed,
                 chat_format=chat_format,
+                flash_attn=flash_attn,
                 verbose=False,
             )
         except (ValueError, RuntimeError) as error:
@@ -218,6 +230,14 @@ class LlamaGenerator:
         # Other passes (EvidentialRAG's evaluator, CDD's steps) bring their own grammar;
         # each is compiled once per job.
         self._grammars = {GBNF_GRAMMAR: self.grammar}
+        # batch > 1: the per-question code of a job runs in groups of units whose calls are
+        # decoded together (grabrag.batching); complete() routes a unit's call there.
+        self.batcher: Batcher[Any, Any] | None = None
+        if batch > 1:
+            self.decoder = BatchedDecoder(self.llm, batch, settings.n_ctx, n_threads)
+            self.batcher = Batcher(
+                batch, self.decoder.complete_many, GBNF_GRAMMAR, settings.max_tokens
+            )
 
     def prompt_tokens(self, messages: Sequence[dict[str, str]]) -> int:
         text = "\n".join(m["content"] for m in messages)
@@ -253,7 +273,11 @@ class LlamaGenerator:
         max_tokens: int | None = None,
     ) -> dict[str, Any]:
         """One greedy chat completion. ``grammar``: a GBNF string (default: the paper's
-        answer grammar); ``max_tokens``: default the configured generation.max_tokens."""
+        answer grammar); ``max_tokens``: default the configured generation.max_tokens.
+        Called from a unit of :attr:`batcher`'s running group, the call joins that group's
+        round instead."""
+        if self.batcher is not None and self.batcher.active():
+            return self.batcher.complete(messages, grammar, max_tokens)
         started = time.perf_counter()
         response = self.llm.create_chat_completion(
             messages=messages,
@@ -278,8 +302,9 @@ MessageBuilder = Callable[[str, str, str], list[dict[str, str]]]
 
 
 def generation_row(
-    context_row: dict[str, Any], prompt: str, result: dict[str, Any]
+    context_row: dict[str, Any], prompt: str, result: dict[str, Any], batch: int = 1
 ) -> dict[str, Any]:
+    """One call's row; ``batch`` is the model's batch setting the call was decoded under."""
     parsed = parse_output(result["raw"], result["finish_reason"])
     return {
         "qid": context_row["qid"],
@@ -296,13 +321,16 @@ def generation_row(
         "prompt_tokens": result["prompt_tokens"],
         "completion_tokens": result["completion_tokens"],
         "seconds": result["seconds"],
+        "batch": batch,
     }
 
 
-def read_checkpoint(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+def read_checkpoint(path: Path, batch: int = 1) -> dict[tuple[str, str], dict[str, Any]]:
     """Finished calls from a checkpoint, by (qid, prompt); a torn last line (killed
-    mid-write) is ignored."""
-    return read_checkpoint_rows(path, ("qid", "prompt"))  # type: ignore[return-value]
+    mid-write) is ignored, and so are rows decoded under another batch size."""
+    return read_checkpoint_rows(  # type: ignore[return-value]
+        path, ("qid", "prompt"), keep=lambda row: row.get("batch", 1) == batch
+    )
 
 
 def run_cells(
@@ -313,6 +341,7 @@ def run_cells(
     checkpoint: Path,
     progress: Progress | None = None,
     messages: MessageBuilder = messages_for,
+    batcher: Batcher[Any, Any] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Generate every (question, prompt) call, resuming from ``checkpoint``.
 
@@ -321,11 +350,43 @@ def run_cells(
     once the cells are written. ``messages`` builds a prompt's chat messages (default
     the paper's P0-P2/CB prompts; CDD's baselines pass
     :func:`grabrag.cdd.baseline_messages`); outputs are parsed with :func:`parse_output`.
+    With a ``batcher`` (the model's batch > 1), the calls of ``batcher.size //
+    len(prompts)`` questions (at least one) are decoded together, so the prompts of a
+    question share their prefix; a group not finished when the job was killed is redone
+    whole.
     """
-    done = read_checkpoint(checkpoint)
+    batch = batcher.size if batcher else 1
+    done = read_checkpoint(checkpoint, batch)
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
     with checkpoint.open("a", encoding="utf-8") as handle:
-        for row in context_rows:
+
+        def finished(row: dict[str, Any], prompt: str, out: dict[str, Any]) -> None:
+            done[(row["qid"], prompt)] = out
+            append_checkpoint_row(handle, out)
+            if progress:
+                progress.step(f"{row['qid']} {prompt}")
+
+        if batcher is not None:
+
+            def call(unit: tuple[dict[str, Any], str]) -> dict[str, Any]:
+                row, prompt = unit
+                result = complete(messages(prompt, row["question"], row["context"]))
+                return generation_row(row, prompt, result, batch)
+
+            def skipped(group: Sequence[tuple[dict[str, Any], str]]) -> None:
+                if progress:
+                    progress.skip(f"{group[0][0]['qid']} .. {group[-1][0]['qid']}", len(group))
+
+            run_in_groups(
+                batcher,
+                [(row, prompt) for row in context_rows for prompt in prompts],
+                call,
+                lambda unit: (unit[0]["qid"], unit[1]) in done,
+                lambda group, outs: [finished(*u, o) for u, o in zip(group, outs, strict=True)],
+                skipped,
+                per_question=len(prompts),
+            )
+        for row in context_rows if batcher is None else ():
             pending = [p for p in prompts if (row["qid"], p) not in done]
             if pending and len(pending) < len(prompts):
                 # A question in flight when the job was killed: redo it whole, so the
@@ -335,11 +396,7 @@ def run_cells(
                 reset()
             for prompt in pending:
                 result = complete(messages(prompt, row["question"], row["context"]))
-                out = generation_row(row, prompt, result)
-                done[(row["qid"], prompt)] = out
-                append_checkpoint_row(handle, out)
-                if progress:
-                    progress.step(f"{row['qid']} {prompt}")
+                finished(row, prompt, generation_row(row, prompt, result))
             if not pending and progress:
                 progress.skip(f"{row['qid']} {', '.join(prompts)}", n=len(prompts))
     return {p: [done[(row["qid"], p)] for row in context_rows] for p in prompts}

@@ -245,6 +245,13 @@ class LlmNli:
         self.name = f"llm:{model_name}"
 
     def classify(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
+        batcher = self.generator.batcher
+        if batcher is not None:
+            # The model's batch > 1: pairs decoded batcher.size at a time, in order.
+            labels = []
+            for group in batcher.groups(pairs):
+                labels += batcher.run(group, self._label_one)
+            return labels
         labels = []
         for premise, hypothesis_text in pairs:
             self.generator.reset()
@@ -263,6 +270,18 @@ class LlmNli:
                 )
             labels.append(raw)
         return labels
+
+    def _label_one(self, pair: tuple[str, str]) -> str:
+        result = self.generator.complete(
+            nli_messages(*pair), grammar=NLI_GRAMMAR, max_tokens=self.max_tokens
+        )
+        raw = result["raw"].strip()
+        if raw not in LABELS:
+            raise NliError(
+                f"NLI model {self.name}: output {raw!r} is not one of {', '.join(LABELS)} "
+                f"(finish reason {result['finish_reason']!r})"
+            )
+        return raw
 
 
 # --- rows -----------------------------------------------------------------------------
@@ -321,6 +340,7 @@ def nli_rows(
             "labels": [],
             "pids": [],
             "verifier": verifier.name,
+            "batch": getattr(verifier, "batch", 1),
             "skipped_reason": reason,
         }
         if reason is None:
@@ -382,9 +402,13 @@ class LazyVerifier:
     closed-book answer is confident has no pairs, and its job loads no model (for the
     paper's DeBERTa-v3-large that is most of such a job's time)."""
 
-    def __init__(self, name: str, batch_size: int, load: Callable[[], Verifier]) -> None:
+    def __init__(
+        self, name: str, batch_size: int, load: Callable[[], Verifier], batch: int = 1
+    ) -> None:
         self.name = name
         self.batch_size = batch_size
+        # The LLM backend's decoding batch (its model's batch setting), recorded in the rows.
+        self.batch = batch
         self._load = load
         self._verifier: Verifier | None = None
 
@@ -402,7 +426,10 @@ def lazy_verifier(backend: str, model_path: str | Path, **settings: Any) -> Lazy
         raise NliError(f"unknown NLI backend {backend!r}; known: transformers, llm")
     name = f"{backend}:{settings.get('name') or Path(model_path).name}"
     batch_size = int(settings.get("batch_size", 16)) if backend == "transformers" else 8
-    return LazyVerifier(name, batch_size, lambda: build_verifier(backend, model_path, **settings))
+    batch = int(settings.get("batch", 1)) if backend == "llm" else 1
+    return LazyVerifier(
+        name, batch_size, lambda: build_verifier(backend, model_path, **settings), batch
+    )
 
 
 def build_verifier(
@@ -418,6 +445,7 @@ def build_verifier(
     n_ctx: int = 4096,
     seed: int = 42,
     name: str | None = None,
+    batch: int = 1,
 ) -> Verifier:
     """The configured backend (``nli.backend``: "transformers" or "llm")."""
     if backend == "transformers":
@@ -432,6 +460,7 @@ def build_verifier(
             n_gpu_layers=n_gpu_layers,
             chat_format=chat_format,
             allow_cpu=allow_cpu,
+            batch=batch,
         )
         return LlmNli(generator, name=name)
     raise NliError(f"unknown NLI backend {backend!r}; known: transformers, llm")

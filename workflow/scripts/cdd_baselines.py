@@ -45,6 +45,7 @@ def main(smk):
         checkpoint,
         progress,
         messages=baseline_messages,
+        batcher=generator.batcher,
     )
     for name in names:
         write_jsonl(smk.output[name], cells[name])

@@ -61,6 +61,7 @@ def main(smk):
         gate=gate,
         fingerprint=fingerprint,
         log=log.info,
+        batcher=generator.batcher,
     )
     write_jsonl(smk.output.traces, traces)
     checkpoint.unlink(missing_ok=True)

@@ -42,7 +42,13 @@ def main(smk):
     checkpoint = Path(smk.params.checkpoint)
     progress = Progress(total=sum(len(r["passages"]) for r in rows), log=log.info)
     out = run_evaluations(
-        generator.complete, generator.reset, rows, checkpoint, max_tokens, progress
+        generator.complete,
+        generator.reset,
+        rows,
+        checkpoint,
+        max_tokens,
+        progress,
+        batcher=generator.batcher,
     )
     write_jsonl(smk.output.evaluations, out)
     write_json(

@@ -45,6 +45,7 @@ def main(smk):
         fusion,
         checkpoint,
         progress,
+        batcher=generator.batcher,
     )
     for variant in variants:
         write_jsonl(smk.output[variant], out[variant])

@@ -28,7 +28,15 @@ def main(smk):
     )
     checkpoint = Path(smk.params.checkpoint)
     progress = Progress(total=len(rows) * len(prompts), log=log.info)
-    cells = run_cells(generator.complete, generator.reset, rows, prompts, checkpoint, progress)
+    cells = run_cells(
+        generator.complete,
+        generator.reset,
+        rows,
+        prompts,
+        checkpoint,
+        progress,
+        batcher=generator.batcher,
+    )
     for prompt in prompts:
         write_jsonl(smk.output[prompt], cells[prompt])
     checkpoint.unlink(missing_ok=True)

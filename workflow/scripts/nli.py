@@ -21,6 +21,7 @@ def main(smk):
         n_gpu_layers=model["n_gpu_layers"],
         chat_format=model["chat_format"],
         allow_cpu=model["allow_cpu"],
+        batch=model["batch"],
         seed=smk.params.seed,
         name=nli["asset"] or model["asset"],
     )
