@@ -123,6 +123,7 @@ rule tables:
         ),
         fusion=fusion_settings(),
         order=LISTED_ORDER,
+        decoding={model: config["models"][model]["batch"] for model in MODELS},
         paper_outputs=stable(
             {
                 "ner_backend": config["ner"]["backend"],

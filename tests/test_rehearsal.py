@@ -197,12 +197,14 @@ def test_every_hub_asset_came_through_the_registry_and_is_locked(rehearsal) -> N
 
 def test_each_model_runs_with_its_own_chat_template(paper_run: SimpleNamespace) -> None:
     """The same question, condition and prompt costs a different number of prompt tokens
-    under Phi-4-mini's, Llama-3.1's and Qwen2.5's templates."""
+    under Phi-4-mini's, Llama-3.1's and Qwen2.5's templates, on the batched path (the
+    shipped batch: 8)."""
     tokens = {}
     for model in paper_run.config["models"]:
         path = paper_run.workdir / f"results/generation/{model}/nq/Q100/P1.jsonl"
         first = json.loads(path.read_text().splitlines()[0])
         tokens[model] = (first["qid"], first["prompt_tokens"])
+        assert first["batch"] == paper_run.config["models"][model]["batch"] == 8
     assert len(tokens) == 3 and len({qid for qid, _ in tokens.values()}) == 1, tokens
     assert len({n for _, n in tokens.values()}) == 3, tokens
 

@@ -149,6 +149,19 @@ def with_note(table: Table, note: str) -> Table:
     return table
 
 
+def decoding_note(batches: Mapping[str, int]) -> str:
+    """The sentence that says a table's model calls were decoded several at a time (the
+    models' ``batch`` setting); empty when every model decoded one call at a time."""
+    batched = {model: batch for model, batch in batches.items() if batch > 1}
+    if not batched:
+        return ""
+    listed = ", ".join(f"{model} {batch}" for model, batch in sorted(batched.items()))
+    return (
+        f"Model calls decoded in batches (batch size: {listed}); near ties can decode "
+        "differently than one call at a time."
+    )
+
+
 def _sizes_note(label: str, sizes: Mapping[str, set[int]]) -> str:
     """ "<label>: 202 (nq), 330 (hotpotqa)." from the sizes seen per group; a group whose
     cells differ shows its range."""

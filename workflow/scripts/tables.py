@@ -17,9 +17,12 @@ def main(smk):
         "paper_outputs": smk.params.paper_outputs,
     }
     sources = t.Sources(files, smk.params.cells, settings)
+    decoding = t.decoding_note(smk.params.decoding)
     with listed_in(smk.params.order["models"], smk.params.order["datasets"]):
         for name, caption in smk.params.captions.items():
             table = t.build_table(name, sources)
+            if decoding:
+                t.with_note(table, f"{table.note} {decoding}".strip())
             t.write_table(table, Path(smk.output[name]).with_suffix(""), caption)
             log.info("%s: %d rows", name, len(table))
 
