@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 
 from grabrag.assets import resolve
-from grabrag.batching import BatchedDecoder, Batcher, Request, run_in_groups
+from grabrag.batching import BatchedDecoder, Batcher, Request, chat_prompt, run_in_groups
 from grabrag.generation import GenerationError, GenerationSettings, LlamaGenerator, run_cells
 from grabrag.io import read_jsonl
 from grabrag.prompts import GBNF_GRAMMAR, messages_for
 
+from .chat_templates import BY_REPO, OPENINGS
 from .conftest import RESOURCES, snakemake
+from .micro_model import build_micro_gguf
 
 VALID = '{"decision": "answer", "answer": "%s", "confidence": 80, "reasoning": "r"}'
 
@@ -257,3 +259,31 @@ def test_tiny_run_decodes_every_model_job_in_batches(tiny_run: Path) -> None:
     for path in files:
         rows = read_jsonl(path)
         assert rows and all(row["batch"] == 2 for row in rows), path
+
+
+@pytest.mark.parametrize("repo", sorted(BY_REPO))
+def test_the_paper_models_chat_templates_format_as_llama_cpp_python_does(
+    model_path: Path, tmp_path: Path, repo: str
+) -> None:
+    """The batched path takes its prompt tokens and stop strings from the model's own chat
+    handler: on a micro model carrying Phi-4-mini's, Llama-3.1's or Qwen2.5's template, the
+    decoder (one sequence, and four with shared prefixes) writes what the sequential path
+    writes."""
+    model = build_micro_gguf(model_path, tmp_path / "micro.gguf", chat_template=BY_REPO[repo])
+    generator = LlamaGenerator(model, GenerationSettings(max_tokens=32), n_threads=2)
+    requests = [
+        Request(messages_for(prompt, question, CONTEXT), GBNF_GRAMMAR, 32)
+        for question in QUESTIONS[:1]
+        for prompt in ("P0", "P1", "P2", "CB")
+    ]
+    reference = []
+    for request in requests:
+        generator.reset()
+        reference.append(generator.complete(request.messages, request.grammar, 32))
+    prompt, _ = chat_prompt(generator.llm, requests[0].messages)
+    # the template's own opening, after the BOS token some templates add
+    rendered = generator.llm.detokenize(prompt, special=True).decode()
+    assert OPENINGS[BY_REPO[repo]] in rendered[:120], rendered[:120]
+    for n_seq in (1, 4):
+        outputs = BatchedDecoder(generator.llm, n_seq, 4096, 2).complete_many(requests)
+        assert _tokens_and_text(outputs) == _tokens_and_text(reference), n_seq
