@@ -245,6 +245,17 @@ def copy_workflow(dest: Path) -> Path:
     return dest
 
 
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real SmolLM2-135M GGUF (the embedded default's model), fetched if missing."""
+    from grabrag.assets import resolve
+
+    manifest = RESOURCES / REAL_MODEL_ASSET / "manifest.json"
+    if not manifest.exists():
+        snakemake(tmp_path_factory.mktemp("fetch"), str(manifest))
+    return resolve(manifest)
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One complete run of the tiny config; tests read its outputs and must not modify them."""

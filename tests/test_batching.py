@@ -10,14 +10,12 @@ from typing import Any
 
 import pytest
 
-from grabrag.assets import resolve
 from grabrag.batching import BatchedDecoder, Batcher, Request, chat_prompt, run_in_groups
 from grabrag.generation import GenerationError, GenerationSettings, LlamaGenerator, run_cells
 from grabrag.io import read_jsonl
 from grabrag.prompts import GBNF_GRAMMAR, messages_for
 
 from .chat_templates import BY_REPO, OPENINGS
-from .conftest import RESOURCES, snakemake
 from .micro_model import build_micro_gguf
 
 VALID = '{"decision": "answer", "answer": "%s", "confidence": 80, "reasoning": "r"}'
@@ -157,14 +155,6 @@ def test_run_cells_in_groups_resumes_a_killed_group_whole(tmp_path: Path) -> Non
 
 
 # --- the real model ----------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory) -> Path:
-    manifest = RESOURCES / "smollm2-135m-instruct-q4_1" / "manifest.json"
-    if not manifest.exists():
-        snakemake(tmp_path_factory.mktemp("fetch"), str(manifest))
-    return resolve(manifest)
 
 
 CONTEXT = (

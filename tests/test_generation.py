@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from grabrag.assets import resolve
 from grabrag.generation import (
     PARSE_FAILED,
     PARSE_OK,
@@ -21,8 +20,6 @@ from grabrag.generation import (
 )
 from grabrag.io import read_checkpoint_rows, read_jsonl
 from grabrag.prompts import GBNF_GRAMMAR, messages_for
-
-from .conftest import RESOURCES, snakemake
 
 # Modules that load numpy or torch: none may come before llama_cpp in a model script.
 BEFORE_LLAMA = ("numpy", "torch", "grabrag", "transformers", "sentence_transformers")
@@ -135,14 +132,6 @@ def test_resume_redoes_only_the_question_in_flight(tmp_path: Path) -> None:
 
 
 # --- the real model -------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory) -> Path:
-    manifest = RESOURCES / "smollm2-135m-instruct-q4_1" / "manifest.json"
-    if not manifest.exists():
-        snakemake(tmp_path_factory.mktemp("fetch"), str(manifest))
-    return resolve(manifest)
 
 
 @pytest.fixture(scope="module")

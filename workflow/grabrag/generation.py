@@ -192,7 +192,6 @@ class LlamaGenerator:
                 f"{settings.temperature}; set the model's batch to 1 to sample"
             )
         self.batch = batch
-        self.n_threads = n_threads
         model_path = Path(model_path)
         if not model_path.is_file():
             raise GenerationError(f"model file {model_path} does not exist")
