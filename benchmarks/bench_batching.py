@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow"))
 sys.path.insert(0, str(REPO))
 
-import llama_cpp  # noqa: E402,F401  (before numpy and torch: grabrag.generation.LLAMA_FIRST)
+import llama_cpp  # noqa: E402,F401  (before numpy and torch: grabrag.generation.generator.LLAMA_FIRST)
 
 REAL_MODEL = REPO / "resources/smollm2-135m-instruct-q4_1/manifest.json"
 SQUAD = REPO / "resources/squad-v1.1-dev/manifest.json"
@@ -55,7 +55,7 @@ SMALL = {"n_embd": 256, "n_layer": 4, "n_head": 8, "n_head_kv": 2, "n_ff": 512}
 def squad_rows(n_questions: int, max_context_tokens: int, tokenize) -> list[dict]:
     """n questions from distinct SQuAD articles, each with five passages (its own paragraph
     first, then the article's next ones) numbered as the paper's contexts, within the cap."""
-    from grabrag.assets import resolve
+    from grabrag.data.assets import resolve
 
     data = json.loads(resolve(SQUAD).read_text())["data"]
     rows = []
@@ -123,7 +123,7 @@ class GpuMemory:
 
 
 def run_one(args: argparse.Namespace) -> dict:
-    from grabrag.generation import GenerationSettings, LlamaGenerator, run_cells
+    from grabrag.generation.generator import GenerationSettings, LlamaGenerator, run_cells
 
     settings = GenerationSettings(n_ctx=args.n_ctx, max_tokens=args.max_tokens)
     with GpuMemory() as gpu:
@@ -196,7 +196,7 @@ def child(args: argparse.Namespace, batch: int, flash_attn: bool) -> dict:
 
 
 def agreement(result: dict, reference: dict) -> tuple[float, float]:
-    from grabrag.metrics import normalize_answer
+    from grabrag.scoring.metrics import normalize_answer
 
     def key(o: list) -> tuple:
         return (o[3], normalize_answer(o[4] or ""))
@@ -301,7 +301,7 @@ def build_random_model(source: Path, target: Path, shape: dict, quantize: bool) 
 
 
 def micro_model() -> Path:
-    from grabrag.assets import resolve
+    from grabrag.data.assets import resolve
     from tests.micro_model import build_micro_gguf
 
     target = Path(tempfile.gettempdir()) / "grabrag-bench-micro.gguf"
@@ -329,7 +329,7 @@ def main() -> None:
     if args.one is not None:
         print(json.dumps(run_one(args)))
         return
-    from grabrag.assets import resolve
+    from grabrag.data.assets import resolve
 
     if not REAL_MODEL.exists() or not SQUAD.exists():
         raise SystemExit("run the main job first (`snakemake`): it fetches the model and SQuAD")

@@ -3,10 +3,10 @@
 Synthetic decision and context rows of the paper's size: 3 models x 2 datasets x 5 (or 13)
 policies x 4 conditions (Q100, Q50, Q0, QC), 500 questions per dataset, 202 and 330
 QC-eligible (the paper's NQ and HotpotQA counts), 10,000 resamples. Times
-``grabrag.evaluate.evaluate`` end to end: scoring every row, the resample matrices, and
+``grabrag.evaluation.evaluate.evaluate`` end to end: scoring every row, the resample matrices, and
 every point estimate and 95% CI of the tidy table (rates, EM/F1, FAC, paired HwSA and
 QC - Q0, AURC, ECE at 10 and 15 bins, the QC breakdown, normalised HwSA, the EM gap).
-Then times ``grabrag.evaluate.abstention_over_datasets`` (Figure 2's dataset means with
+Then times ``grabrag.evaluation.evaluate.abstention_over_datasets`` (Figure 2's dataset means with
 their CIs) on the same rows.
 
 Confidence levels decide the cost of AURC/ECE: ``--confidence llm`` draws from the
@@ -47,7 +47,7 @@ def main() -> None:
 
     import numpy as np
 
-    from grabrag.evaluate import abstention_over_datasets, evaluate
+    from grabrag.evaluation.evaluate import abstention_over_datasets, evaluate
 
     rng = np.random.default_rng(args.seed)
     levels = (

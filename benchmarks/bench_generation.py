@@ -21,10 +21,10 @@ from pathlib import Path
 
 import llama_cpp
 
-from grabrag.assets import resolve
-from grabrag.generation import GenerationSettings, LlamaGenerator, run_cells
-from grabrag.io import read_jsonl
-from grabrag.prompts import CONTEXT_PROMPTS, messages_for
+from grabrag.core.io import read_jsonl
+from grabrag.data.assets import resolve
+from grabrag.generation.generator import GenerationSettings, LlamaGenerator, run_cells
+from grabrag.generation.prompts import CONTEXT_PROMPTS, messages_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -73,7 +73,7 @@ def main() -> None:
                 tokens["separate"] += prefix_call(row, prompt)
 
     # The bare loop: llama-cpp-python as shipped (its grammar sampler filters the whole
-    # vocabulary at every token; ours checks the argmax first, grabrag.greedy_grammar).
+    # vocabulary at every token; ours checks the argmax first, grabrag.generation.greedy_grammar).
     stock = llama_cpp.Llama(
         model_path=str(model),
         n_ctx=4096,

@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-import llama_cpp  # noqa: E402  (before numpy and torch: grabrag.generation.LLAMA_FIRST)
+import llama_cpp  # noqa: E402  (before numpy and torch: grabrag.generation.generator.LLAMA_FIRST)
 
-from grabrag.generation import GenerationError, GenerationSettings, LlamaGenerator  # noqa: E402
-from grabrag.prompts import CONTEXT_PROMPTS, messages_for  # noqa: E402
+from grabrag.generation.generator import GenerationError, GenerationSettings, LlamaGenerator  # noqa: E402
+from grabrag.generation.prompts import CONTEXT_PROMPTS, messages_for  # noqa: E402
 
 CONTEXT = (
     "Passage 1: The Eiffel Tower was completed in 1889 for the World's Fair in Paris. "

@@ -22,12 +22,12 @@ import os
 import time
 from pathlib import Path
 
-from grabrag.assets import resolve
-from grabrag.data import adapt_bigbench_knowledge_conflicts, adapt_squad_v1, build_dataset
-from grabrag.entity_pool import NerCache, build_entity_pool, gold_passage_texts
-from grabrag.ner import load_ner
-from grabrag.swap_audit import eligibility_summary
-from grabrag.swaps import build_swaps
+from grabrag.contexts.audit import eligibility_summary
+from grabrag.contexts.entity_pool import NerCache, build_entity_pool, gold_passage_texts
+from grabrag.contexts.ner import load_ner
+from grabrag.contexts.swaps import build_swaps
+from grabrag.data.assets import resolve
+from grabrag.data.datasets import adapt_bigbench_knowledge_conflicts, adapt_squad_v1, build_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 DATASETS = {

@@ -13,14 +13,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
-from grabrag import registry
-from grabrag.assets import manifest_path
-from grabrag.codehash import code_hash, normalised_source
-from grabrag.conditions import SEED_COMPARED
-from grabrag.config import validate_config
-from grabrag.contexts import CONDITIONS
-from grabrag.errors import ConfigError
-from grabrag.figures import (
+from grabrag.core import registry
+from grabrag.data.assets import manifest_path
+from grabrag.pipeline.codehash import code_hash, normalised_source
+from grabrag.core.conditions import SEED_COMPARED
+from grabrag.pipeline.config import validate_config
+from grabrag.contexts.paired import CONDITIONS
+from grabrag.core.errors import ConfigError
+from grabrag.report.figures import (
     DECISIONS,
     EVID_SWEEPS,
     FIGURES,
@@ -30,10 +30,10 @@ from grabrag.figures import (
     figure_names,
     figure_spec,
 )
-from grabrag.policies import p3_sweep_grid
-from grabrag.prompts import CLOSED_BOOK_PROMPT, CONTEXT_PROMPTS
-from grabrag.tables import table_names
-from grabrag.tabular import render_caption
+from grabrag.policies.paper import p3_sweep_grid
+from grabrag.generation.prompts import CLOSED_BOOK_PROMPT, CONTEXT_PROMPTS
+from grabrag.report.tables import table_names
+from grabrag.report.tabular import render_caption
 
 try:
     config.update(validate_config(config))
@@ -48,7 +48,7 @@ RESOURCES = config["resources_dir"]
 def _model_threads():
     """A model job's CPU threads in a local run: the cores shared among the GPU jobs that
     run at once (`--resources gpu=N` runs N, each on a device of its own, see
-    grabrag.devices), so that N of them fit side by side instead of each asking for every
+    grabrag.core.devices), so that N of them fit side by side instead of each asking for every
     core. One GPU slot (the default profile's gpu=1): every core. On a cluster the
     profile's set-threads gives each job its own."""
     slots = workflow.global_resources.get("gpu")
@@ -69,7 +69,7 @@ POLICIES = config["policies"]["names"]
 
 
 def _scoped(section):
-    """The configured policies a method's config section scopes (grabrag.registry)."""
+    """The configured policies a method's config section scopes (grabrag.core.registry)."""
     return [p for p in POLICIES if registry.policy(p).scope == section]
 
 
@@ -115,7 +115,7 @@ def table_caption(name):
     return render_caption(path.read_text(encoding="utf-8"), config)
 
 
-# What this config turns on, for the tables and figures it produces (grabrag.tables).
+# What this config turns on, for the tables and figures it produces (grabrag.report.tables).
 FEATURES = registry.Features(
     conditions=tuple(GENERATION_CONDITIONS),
     evidential=bool(EVID_DATASETS),
@@ -350,7 +350,7 @@ def evidential_dir(wildcards):
     return f"results/evidential/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}"
 
 
-# The file each input source of a policy (grabrag.registry.SOURCES) names in one cell.
+# The file each input source of a policy (grabrag.core.registry.SOURCES) names in one cell.
 POLICY_SOURCES = {
     registry.GENERATION: lambda wildcards, key: generation_cell(wildcards, key),
     registry.CLOSED_BOOK: lambda wildcards, key: closed_book_cell(wildcards),
@@ -468,7 +468,7 @@ LIBRARY_DIR = Path(workflow.basedir) / "workflow" / "grabrag"
 def script_code(script):
     """The code a rule's script runs, as a param: a hash of the script and of every module
     of grabrag that it imports, directly or through other modules (found by reading the
-    imports, grabrag/codehash.py), in a normalised form that comments, layout and
+    imports, grabrag/pipeline/codehash.py), in a normalised form that comments, layout and
     docstrings do not change. Snakemake reruns a job when its own script changes, not when
     a module the script imports does; this param makes an edit of that code rerun the job.
     A hash, not the files as inputs: Snakemake's mtime check did not fire for inputs
@@ -509,7 +509,7 @@ def figure_cells(wildcards):
 
 
 def figure_settings(wildcards):
-    """The config settings a figure draws with (grabrag.figures.FIGURES' ``settings``),
+    """The config settings a figure draws with (grabrag.report.figures.FIGURES' ``settings``),
     only those, so editing one reruns the figures that show it and no other."""
     available = {
         FUSION: fusion_settings,
@@ -523,7 +523,7 @@ def figure_settings(wildcards):
 
 def figure_inputs(wildcards):
     """A figure's metric tables (averaged over the datasets or each dataset's) and the
-    per-cell files it reads besides (grabrag.figures.FIGURES)."""
+    per-cell files it reads besides (grabrag.report.figures.FIGURES)."""
     if figure_spec(wildcards.figure).averaged:
         # Figure 2 averages the datasets, with CIs from the metrics' resamples.
         inputs = {"metrics": ["results/metrics/abstention_over_datasets.csv"]}

@@ -1,4 +1,4 @@
-# Stage 6: abstention policies. Each reads what its registry entry (grabrag.registry)
+# Stage 6: abstention policies. Each reads what its registry entry (grabrag.core.registry)
 # declares: P0-P2 their own generation cell, P3 P1 + CB, P4 adds the NLI verdicts. No
 # policy job loads a language model.
 

@@ -114,7 +114,7 @@ LOCK_FILE = Path(tempfile.gettempdir()) / "grabrag-test-micro-model.lock"
 
 
 def _build_micro_model() -> Path:
-    from grabrag.assets import manifest_path, materialise, resolve, sha256_file
+    from grabrag.data.assets import manifest_path, materialise, resolve, sha256_file
 
     spec = yaml.safe_load(TINY.read_text())["assets"][MICRO_ASSET]
     target = Path(spec["path"]).expanduser()
@@ -248,7 +248,7 @@ def copy_workflow(dest: Path) -> Path:
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The real SmolLM2-135M GGUF (the embedded default's model), fetched if missing."""
-    from grabrag.assets import resolve
+    from grabrag.data.assets import resolve
 
     manifest = RESOURCES / REAL_MODEL_ASSET / "manifest.json"
     if not manifest.exists():
@@ -267,7 +267,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The real all-MiniLM-L6-v2 folder, materialised through the workflow if missing."""
-    from grabrag.assets import resolve
+    from grabrag.data.assets import resolve
 
     manifest = RESOURCES / "all-minilm-l6-v2" / "manifest.json"
     if not manifest.exists():

@@ -1,4 +1,4 @@
-"""Tests for the asset registry (grabrag.assets).
+"""Tests for the asset registry (grabrag.data.assets).
 
 The ``pypi`` source really runs ``pip download --no-deps`` in a subprocess, but against
 tiny wheel and sdist containers built here in a temporary folder: ``PIP_NO_INDEX=1`` and
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from grabrag import assets
-from grabrag.assets import MANIFEST, manifest_path, materialise, resolve
-from grabrag.errors import AssetError
+from grabrag.core.errors import AssetError
+from grabrag.data import assets
+from grabrag.data.assets import MANIFEST, manifest_path, materialise, resolve
 
 # --------------------------------------------------------------------------- containers
 
@@ -545,8 +545,8 @@ def test_no_source(tmp_path: Path) -> None:
 # inherits the patched environment.
 HUB_SCRIPT = """
 import json, sys
-from grabrag.assets import materialise
-from grabrag.errors import AssetError
+from grabrag.data.assets import materialise
+from grabrag.core.errors import AssetError
 name, spec, manifest = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
 try:
     materialise(name, spec, manifest)

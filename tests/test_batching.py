@@ -10,10 +10,15 @@ from typing import Any
 
 import pytest
 
-from grabrag.batching import BatchedDecoder, Batcher, Request, chat_prompt, run_in_groups
-from grabrag.generation import GenerationError, GenerationSettings, LlamaGenerator, run_cells
-from grabrag.io import read_jsonl
-from grabrag.prompts import GBNF_GRAMMAR, messages_for
+from grabrag.core.io import read_jsonl
+from grabrag.generation.batching import BatchedDecoder, Batcher, Request, chat_prompt, run_in_groups
+from grabrag.generation.generator import (
+    GenerationError,
+    GenerationSettings,
+    LlamaGenerator,
+    run_cells,
+)
+from grabrag.generation.prompts import GBNF_GRAMMAR, messages_for
 
 from .chat_templates import BY_REPO, OPENINGS
 from .micro_model import build_micro_gguf

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats  # noqa: E402  (a dev dependency: pyproject.toml)
 
-from grabrag.bootstrap import (
+from grabrag.scoring.bootstrap import (
     N_RESAMPLES,
     bootstrap_totals,
     counts_from_indices,
@@ -18,7 +18,7 @@ from grabrag.bootstrap import (
     resample_counts,
     resample_indices,
 )
-from grabrag.metrics import aurc, aurc_from_levels, confidence_levels
+from grabrag.scoring.metrics import aurc, aurc_from_levels, confidence_levels
 
 B = N_RESAMPLES  # 10,000 as in the paper
 

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from grabrag import cdd
-from grabrag.cdd import (
+from grabrag.cdd import method as cdd
+from grabrag.cdd.method import (
     ABLATED,
     BASELINE_PROMPTS,
     CONTEXTUAL,
@@ -55,15 +55,15 @@ from grabrag.cdd import (
     within_length,
     word_count,
 )
-from grabrag.generation import parse_output
-from grabrag.prompts import (
+from grabrag.generation.generator import parse_output
+from grabrag.generation.prompts import (
     GBNF_GRAMMAR,
     POLICY_INSTRUCTIONS,
     RESPONSE_FORMAT,
     SYSTEM_CONTEXT,
     context_user_prompt,
 )
-from grabrag.tables import CDD_TYPES
+from grabrag.report.tables import CDD_TYPES
 
 QUESTION = "Where is the Eiffel Tower?"
 CONTEXT = (
@@ -993,11 +993,11 @@ def test_perturbation_type_rejects_unknown_inputs() -> None:
         perturbation_type("Qclosed")
 
 
-# === the workflow layer (grabrag.cdd_runs) =================================================
+# === the workflow layer (grabrag.cdd.runs) =================================================
 
-from grabrag import cdd_runs  # noqa: E402
-from grabrag.errors import DataError  # noqa: E402
-from grabrag.generation import run_cells  # noqa: E402
+from grabrag.cdd import runs as cdd_runs  # noqa: E402
+from grabrag.core.errors import DataError  # noqa: E402
+from grabrag.generation.generator import run_cells  # noqa: E402
 
 CONTEXT_ROW = {
     "qid": "q1",
@@ -1361,7 +1361,7 @@ def test_cdd_alpha_with_the_model_gate_reads_the_stored_judgement() -> None:
     del traces[0]["gate_judgement"]
     with pytest.raises(DataError, match="cdd.gate: model"):
         cdd_runs.cdd_alpha_decisions(p1, traces, gate="model")
-    from grabrag.policies import decide
+    from grabrag.policies.paper import decide
 
     traces[0]["gate_judgement"] = _judgement(False)
     decided = decide("CDD_ALPHA", {"P1": p1, "CDD": traces}, {"gate": "model"})
@@ -1385,8 +1385,8 @@ def test_baseline_decisions() -> None:
 
 
 def test_policies_decide_dispatches_the_cdd_family() -> None:
-    from grabrag import registry
-    from grabrag.policies import decide
+    from grabrag.core import registry
+    from grabrag.policies.paper import decide
 
     assert registry.names()[-6:] == ["CDD", "CDD_ALPHA", "CAI", "SHAM", "REFLECT", "FILTER"]
     assert registry.policy("CDD_ALPHA").inputs == {
@@ -1655,9 +1655,9 @@ def test_diagnostics_edge_cases() -> None:
 
 
 def test_cdd_tables_from_hand_made_frames(tmp_path) -> None:
-    from grabrag import tables as T
-    from grabrag.results import read_diagnostics
-    from grabrag.tabular import Table, rows_csv
+    from grabrag.evaluation.results import read_diagnostics
+    from grabrag.report import tables as T
+    from grabrag.report.tabular import Table, rows_csv
 
     from .test_tables import frame
 

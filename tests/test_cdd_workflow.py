@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from grabrag.cdd import DIVERGENCE, STEPS
-from grabrag.cdd_runs import (
+from grabrag.cdd.method import DIVERGENCE, STEPS
+from grabrag.cdd.runs import (
     DIAGNOSTIC_COLUMNS,
     FAMILY,
     PERTURBATION_TYPES,
     STEP_STATUSES,
 )
-from grabrag.generation import parse_output
-from grabrag.io import read_jsonl
+from grabrag.core.io import read_jsonl
+from grabrag.generation.generator import parse_output
 
 from .conftest import REPO, snakemake, snakemake_command
 

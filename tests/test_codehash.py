@@ -1,4 +1,4 @@
-"""The import closure of rule scripts and the normalised code hash (grabrag.codehash)."""
+"""The import closure of rule scripts and the normalised code hash (grabrag.pipeline.codehash)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grabrag.codehash import code_hash, import_closure, normalised_source
+from grabrag.pipeline.codehash import code_hash, import_closure, normalised_source
 
 from .conftest import REPO
 

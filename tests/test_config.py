@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grabrag.config import validate_config
-from grabrag.errors import ConfigError
+from grabrag.core.errors import ConfigError
+from grabrag.pipeline.config import validate_config
 
 from .conftest import REPO
 

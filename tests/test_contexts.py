@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from grabrag.contexts import (
+from grabrag.contexts.paired import (
     CONDITIONS,
     build_contexts,
     condition_passages,
@@ -200,8 +200,8 @@ def test_raw_tokenizer_counts_and_cuts_as_the_transformers_one(encoder_dir) -> N
 
     from transformers import AutoTokenizer
 
-    from grabrag.assets import resolve
-    from grabrag.contexts import TokenCounter
+    from grabrag.contexts.paired import TokenCounter
+    from grabrag.data.assets import resolve
 
     from .conftest import RESOURCES
 

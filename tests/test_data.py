@@ -1,4 +1,4 @@
-"""Unit tests for grabrag.data: adapters, filters, seeded sampling, corpus and bad input.
+"""Unit tests for grabrag.data.datasets: adapters, filters, seeded sampling, corpus and bad input.
 
 Fixtures under tests/fixtures/data are small files in the exact format of the real sources:
 
@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from grabrag.data import (
+from grabrag.core.errors import DataError, GrabragError
+from grabrag.data.datasets import (
     ADAPTERS,
     MAX_MALFORMED_FRACTION,
     AdapterOutput,
@@ -37,7 +38,6 @@ from grabrag.data import (
     dataset_gold_texts,
     exclusion_reason,
 )
-from grabrag.errors import DataError, GrabragError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
 SQUAD = FIXTURES / "squad_v1.1_dev_sample.json"
@@ -937,7 +937,7 @@ def test_hub_export_round_trips_through_the_adapter(fixture: Path, adapter, tmp_
     """What the hub path writes (a ``datasets.Dataset`` exported as JSONL) reads back the same."""
     import datasets
 
-    from grabrag.assets import export_split
+    from grabrag.data.assets import export_split
 
     rows = _read_jsonl_rows(fixture)
     exported = export_split(datasets.Dataset.from_list(rows), tmp_path / "validation.jsonl")

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from grabrag.devices import claim_gpu, visible_devices
+from grabrag.core.devices import claim_gpu, visible_devices
 
 from .conftest import MODEL_RULES, REPO, snakemake
 
 CLAIMER = """
 import os, sys, time
 sys.path.insert(0, sys.argv[1])
-from grabrag.devices import claim_gpu
+from grabrag.core.devices import claim_gpu
 claim = claim_gpu(lock_dir=sys.argv[2], poll_seconds=0.05)
 print(claim.device, os.environ["CUDA_VISIBLE_DEVICES"], flush=True)
 while not os.path.exists(sys.argv[3]):
@@ -164,5 +164,5 @@ def test_the_claim_loads_no_cuda_library() -> None:
         text=True,
         check=True,
     ).stdout.split()
-    assert "grabrag.devices" in loaded
+    assert "grabrag.core.devices" in loaded
     assert not {"numpy", "torch", "llama_cpp"} & set(loaded)

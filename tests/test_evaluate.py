@@ -9,10 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from grabrag import metrics as M
-from grabrag.bootstrap import bootstrap_totals, percentile_interval, ratio, resample_counts
-from grabrag.errors import DataError
-from grabrag.evaluate import (
+from grabrag.core.errors import DataError
+from grabrag.evaluation.evaluate import (
     COLUMNS,
     abstention_over_datasets,
     dataset_seed,
@@ -21,8 +19,10 @@ from grabrag.evaluate import (
     read_context_files,
     read_decision_files,
 )
-from grabrag.results import read_metrics
-from grabrag.tabular import rows_csv
+from grabrag.evaluation.results import read_metrics
+from grabrag.report.tabular import rows_csv
+from grabrag.scoring import metrics as M
+from grabrag.scoring.bootstrap import bootstrap_totals, percentile_interval, ratio, resample_counts
 
 GOLD = {"q1": ["Paris"], "q2": ["1939"], "q3": ["Carrie Underwood"], "q4": ["blue whale"]}
 PLANTED = {"q1": "Lyon", "q2": "1949", "q3": "Miriam Margolyes"}  # q4 is not QC-eligible

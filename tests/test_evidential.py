@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from grabrag.evidential import (
+from grabrag.evidential.method import (
     EVAL_FAILED,
     EVAL_OK,
     EVAL_REPAIRED,
@@ -46,8 +46,8 @@ from grabrag.evidential import (
     sweep,
     sweep_grid,
 )
-from grabrag.generation import parse_output
-from grabrag.prompts import GBNF_GRAMMAR, RESPONSE_FORMAT
+from grabrag.generation.generator import parse_output
+from grabrag.generation.prompts import GBNF_GRAMMAR, RESPONSE_FORMAT
 
 SUM_TOL = 1e-9
 LAMS = (0.0, 0.3, 0.6, 1.0)

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from grabrag.errors import DataError
-from grabrag.evidential import EVALUATOR_GRAMMAR, closed_book_evaluation
-from grabrag.evidential_runs import (
+from grabrag.core.errors import DataError
+from grabrag.core.io import read_checkpoint_rows
+from grabrag.evidential.method import EVALUATOR_GRAMMAR, closed_book_evaluation
+from grabrag.evidential.runs import (
     EVID,
     EVID_CB,
     POOLED,
@@ -27,7 +28,6 @@ from grabrag.evidential_runs import (
     stored_evaluation,
     sweep_table,
 )
-from grabrag.io import read_checkpoint_rows
 
 SETTINGS = {"lam": 0.6, "tau1": 0.35, "tau2": 0.65, "merge_f1": 0.8}
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from grabrag import figures as f
+from grabrag.report import figures as f
 
 from .test_tables import _sweep, frame
 
@@ -119,7 +119,7 @@ def test_p3_sweep_figure_draws_the_configured_cutoff_and_threshold() -> None:
 
 
 def test_figure_and_table_captions_read_the_config() -> None:
-    from grabrag.tabular import render_caption
+    from grabrag.report.tabular import render_caption
 
     from .conftest import REPO
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from grabrag.generation import (
+from grabrag.core.io import read_checkpoint_rows, read_jsonl
+from grabrag.generation.generator import (
     PARSE_FAILED,
     PARSE_OK,
     PARSE_REPAIRED,
@@ -18,8 +19,7 @@ from grabrag.generation import (
     read_checkpoint,
     run_cells,
 )
-from grabrag.io import read_checkpoint_rows, read_jsonl
-from grabrag.prompts import GBNF_GRAMMAR, messages_for
+from grabrag.generation.prompts import GBNF_GRAMMAR, messages_for
 
 # Modules that load numpy or torch: none may come before llama_cpp in a model script.
 BEFORE_LLAMA = ("numpy", "torch", "grabrag", "transformers", "sentence_transformers")
@@ -173,7 +173,7 @@ def test_real_model_is_deterministic(generator: LlamaGenerator) -> None:
 def test_argmax_first_grammar_check_chooses_the_same_tokens(
     generator: LlamaGenerator, model_path: Path
 ) -> None:
-    """Our greedy grammar path (grabrag.greedy_grammar) against llama-cpp-python's own
+    """Our greedy grammar path (grabrag.generation.greedy_grammar) against llama-cpp-python's own
     chain (grammar over the whole vocabulary at every token): the same text, token for
     token, for the answer grammar and for a grammar the model's argmax often breaks."""
     import llama_cpp
@@ -266,7 +266,7 @@ def test_generation_rows_have_every_column(tiny_run: Path) -> None:
 
 
 def test_gpu_offload_on_a_cpu_only_build_is_refused_unless_allowed() -> None:
-    from grabrag.generation import check_gpu_offload
+    from grabrag.generation.generator import check_gpu_offload
 
     assert check_gpu_offload(0, False, supports_gpu=False) is None
     assert check_gpu_offload(-1, False, supports_gpu=True) is None
@@ -298,7 +298,7 @@ def test_generator_checks_this_llama_cpp_build_before_loading(tmp_path: Path) ->
 
 
 def test_model_scripts_import_llama_cpp_before_numpy_and_torch() -> None:
-    from grabrag.generation import MODEL_SCRIPTS
+    from grabrag.generation.generator import MODEL_SCRIPTS
 
     from .conftest import REPO
 

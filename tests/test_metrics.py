@@ -11,7 +11,7 @@ import pickle
 import numpy as np
 import pytest
 
-from grabrag.metrics import (
+from grabrag.scoring.metrics import (
     ECHO,
     HALLUCINATION,
     OVERRIDE,
@@ -363,7 +363,7 @@ def test_confidence_and_correct_leaves_out_failed_parses() -> None:
 
 
 def test_ece_mean_uses_each_bins_mean_confidence() -> None:
-    from grabrag.metrics import ece, ece_mean
+    from grabrag.scoring.metrics import ece, ece_mean
 
     # A small EVID cell, Eq. 27 confidences (0-100) and whether the selected claim is
     # right. 15 bins of width 1/15: 95 and 94 -> bin 14 (floor(14.25), floor(14.1)),
@@ -386,7 +386,7 @@ def test_ece_mean_uses_each_bins_mean_confidence() -> None:
 
 
 def test_selected_answer_score() -> None:
-    from grabrag.metrics import selected_answer_score
+    from grabrag.scoring.metrics import selected_answer_score
 
     # EVID rows: Eq. 27 on every route, the selected claim against gold
     routed = {"decision": "abstain", "confidence": 0, "fused_confidence": 61.0,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from grabrag.assets import resolve
-from grabrag.errors import DataError
-from grabrag.nli import (
+from grabrag.core.errors import DataError
+from grabrag.data.assets import resolve
+from grabrag.policies.nli import (
     LABELS,
     LazyVerifier,
     LlmNli,
@@ -343,7 +343,7 @@ def test_transformers_backend_in_nli_rows(tiny_models) -> None:
 
 @pytest.fixture(scope="module")
 def llm_verifier(tmp_path_factory) -> LlmNli:
-    from grabrag.generation import GenerationSettings, LlamaGenerator
+    from grabrag.generation.generator import GenerationSettings, LlamaGenerator
 
     manifest = RESOURCES / "smollm2-135m-instruct-q4_1" / "manifest.json"
     if not manifest.exists():
@@ -369,7 +369,7 @@ def test_llm_backend_labels_follow_the_grammar(llm_verifier: LlmNli) -> None:
 def test_nli_device_auto_uses_cuda_only_where_torch_has_it() -> None:
     import torch
 
-    from grabrag.nli import torch_device
+    from grabrag.policies.nli import torch_device
 
     assert torch_device("cpu", "m") == "cpu"
     assert torch_device("auto", "m") == ("cuda" if torch.cuda.is_available() else "cpu")

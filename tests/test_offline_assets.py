@@ -26,10 +26,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from grabrag import assets
-from grabrag.assets import MANIFEST, lock_path, materialise
-from grabrag.config import validate_config
-from grabrag.errors import AssetError, ConfigError
+from grabrag.core.errors import AssetError, ConfigError
+from grabrag.data import assets
+from grabrag.data.assets import MANIFEST, lock_path, materialise
+from grabrag.pipeline.config import validate_config
 
 from .local_hub import LocalHub, env_without_hub_settings
 
@@ -277,12 +277,12 @@ socket.socket.connect = refuse
 socket.socket.connect_ex = refuse
 socket.create_connection = lambda address, *a, **k: refuse(None, address)
 
-from grabrag.assets import resolve
-from grabrag.errors import AssetError
-from grabrag.ner import load_configured_ner
-from grabrag.nli import build_verifier
-from grabrag.retrieval import embed, load_encoder
-from grabrag.contexts import load_token_counter
+from grabrag.data.assets import resolve
+from grabrag.core.errors import AssetError
+from grabrag.contexts.ner import load_configured_ner
+from grabrag.policies.nli import build_verifier
+from grabrag.data.retrieval import embed, load_encoder
+from grabrag.contexts.paired import load_token_counter
 
 m = json.loads(sys.argv[1])
 out = {}

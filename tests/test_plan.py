@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from grabrag.config import validate_config
-from grabrag.plan import asset_bytes, human_bytes, model_calls, plan_text, used_assets
+from grabrag.pipeline.config import validate_config
+from grabrag.pipeline.plan import asset_bytes, human_bytes, model_calls, plan_text, used_assets
 
 from .conftest import REPO
 

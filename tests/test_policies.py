@@ -6,9 +6,8 @@ import math
 
 import pytest
 
-from grabrag.errors import DataError
-from grabrag.metrics import answer_rate
-from grabrag.policies import (
+from grabrag.core.errors import DataError
+from grabrag.policies.paper import (
     CB_PARSE_FAILED,
     CB_UNRELIABLE,
     F1_AGREE,
@@ -30,6 +29,7 @@ from grabrag.policies import (
     p4_decisions,
     single_pass_decisions,
 )
+from grabrag.scoring.metrics import answer_rate
 
 
 def gen(
@@ -451,7 +451,7 @@ def evid_row(qid, route, decision="answer", answer="Paris", status="ok", policy=
 
 
 def test_evid_decisions_follow_the_route() -> None:
-    from grabrag.policies import (
+    from grabrag.policies.paper import (
         CONFLICT_AWARE,
         EVIDENTIAL_ABSTAIN,
         EVIDENTIAL_DIRECT,
@@ -520,7 +520,7 @@ def test_evid_cb_dispatch_and_errors() -> None:
 
 
 def test_decision_rows_name_their_cell() -> None:
-    from grabrag.policies import with_cell
+    from grabrag.policies.paper import with_cell
 
     rows = [{"qid": "q1", "index": 0, "condition": "QC", "policy": "P1", "decision": "abstain"}]
     (row,) = with_cell(rows, "m", "nq", "QC", "P1")
@@ -532,7 +532,7 @@ def test_decision_rows_name_their_cell() -> None:
 
 
 def test_p3_sweep_grid_holds_the_configured_setting() -> None:
-    from grabrag.policies import SWEEP_CUTOFFS, SWEEP_THRESHOLDS, p3_sweep_grid
+    from grabrag.policies.paper import SWEEP_CUTOFFS, SWEEP_THRESHOLDS, p3_sweep_grid
 
     assert p3_sweep_grid(0.8, 50) == {
         "thresholds": list(SWEEP_THRESHOLDS),

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from grabrag.progress import Progress
+from grabrag.core.progress import Progress
 
 
 def test_eta_after_a_resume_counts_only_the_remaining_work() -> None:

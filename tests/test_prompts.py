@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grabrag.prompts import (
+from grabrag.generation.prompts import (
     GBNF_GRAMMAR,
     POLICY_INSTRUCTIONS,
     RESPONSE_FORMAT,

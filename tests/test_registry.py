@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from grabrag import plugins, registry
-from grabrag.config import validate_config
-from grabrag.errors import ConfigError
-from grabrag.policies import decide
+from grabrag.core import plugins, registry
+from grabrag.core.errors import ConfigError
+from grabrag.pipeline.config import validate_config
+from grabrag.policies.paper import decide
 
 from .conftest import TINY, planned_jobs, snakemake
 

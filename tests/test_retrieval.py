@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grabrag.retrieval import (
+from grabrag.core.text import contains_alias
+from grabrag.data.retrieval import (
     bm25_scores,
     embed,
     hybrid_scores,
@@ -14,7 +15,6 @@ from grabrag.retrieval import (
     passage_text,
     rank_question,
 )
-from grabrag.text import contains_alias
 
 
 def _passage(pid: str, text: str, title: str = "") -> dict[str, str]:

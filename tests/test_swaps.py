@@ -15,27 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grabrag.contexts import HARD_NEGATIVE
-from grabrag.entity_pool import (
-    EntityPool,
-    NerCache,
-    build_entity_pool,
-    span_validity_reason,
-    type_quality_reason,
-)
-from grabrag.errors import DataError
-from grabrag.io import read_jsonl
-from grabrag.ner import (
-    GLINER_LABELS,
-    INTERNAL_TYPES,
-    GlinerNer,
-    NerBackend,
-    SpacyNer,
-    Span,
-    chunk_text,
-    load_ner,
-)
-from grabrag.swap_audit import (
+from grabrag.contexts.audit import (
     AUDIT_COLUMNS,
     audit_sample,
     count_leaks,
@@ -45,8 +25,26 @@ from grabrag.swap_audit import (
     reference_comparison,
     write_audit_csv,
 )
-from grabrag.swap_contexts import QC_ROLE, build_qc_rows, build_qx_rows, swapped_condition_rows
-from grabrag.swaps import (
+from grabrag.contexts.entity_pool import (
+    EntityPool,
+    NerCache,
+    build_entity_pool,
+    span_validity_reason,
+    type_quality_reason,
+)
+from grabrag.contexts.ner import (
+    GLINER_LABELS,
+    INTERNAL_TYPES,
+    GlinerNer,
+    NerBackend,
+    SpacyNer,
+    Span,
+    chunk_text,
+    load_ner,
+)
+from grabrag.contexts.paired import HARD_NEGATIVE
+from grabrag.contexts.swapped import QC_ROLE, build_qc_rows, build_qx_rows, swapped_condition_rows
+from grabrag.contexts.swaps import (
     NUMERIC_FRACTION,
     YEAR_DELTAS,
     accepted,
@@ -57,6 +55,8 @@ from grabrag.swaps import (
     substitute_all,
     swap_question,
 )
+from grabrag.core.errors import DataError
+from grabrag.core.io import read_jsonl
 
 from .conftest import RESOURCES, snakemake
 from .tiny_gliner import build_tiny_gliner
@@ -116,7 +116,7 @@ def seed_for(predicate, limit=500):
 
 @pytest.fixture(scope="module")
 def spacy_dir(tmp_path_factory) -> Path:
-    from grabrag.assets import resolve
+    from grabrag.data.assets import resolve
 
     manifest = RESOURCES / "en-core-web-sm" / "manifest.json"
     if not manifest.exists():
@@ -944,7 +944,7 @@ def test_reference_comparison_counts_shared_swaps_and_type_agreement() -> None:
 
 @pytest.fixture(scope="module")
 def counter(encoder_dir):
-    from grabrag.contexts import load_token_counter
+    from grabrag.contexts.paired import load_token_counter
 
     return load_token_counter(str(encoder_dir))
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from grabrag.tables import NOT_AVAILABLE, pct, pct_ci
-from grabrag.tabular import (
+from grabrag.report.tables import NOT_AVAILABLE, pct, pct_ci
+from grabrag.report.tabular import (
     TIDY_SCHEMA,
     Label,
     Table,

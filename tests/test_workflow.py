@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grabrag.contexts import CONDITIONS
-from grabrag.io import read_jsonl
+from grabrag.contexts.paired import CONDITIONS
+from grabrag.core.io import read_jsonl
 
 from .conftest import (
     MODEL_RULE_BENCHMARKS,
@@ -485,8 +485,8 @@ def test_results_load_with_one_call(tiny_run: Path) -> None:
     table files hold the numbers the printed tables show."""
     import polars as pl
 
-    from grabrag.results import read_metrics
-    from grabrag.tabular import TIDY_SCHEMA
+    from grabrag.evaluation.results import read_metrics
+    from grabrag.report.tabular import TIDY_SCHEMA
 
     decisions = pl.scan_ndjson(tiny_run / "results/policies/*/*/*/*.jsonl").collect()
     files = sorted((tiny_run / "results/policies").glob("*/*/*/*.jsonl"))
@@ -601,7 +601,7 @@ def test_report_stage_is_incremental(tiny_run: Path, tmp_path: Path) -> None:
     # the plotting code, edited in a copy of the workflow: figures only; touching it
     # without a change reruns nothing (comment-only edits: tests/test_code_reruns.py)
     source = copy_workflow(tmp_path / "workflow_copy")
-    plotting = source / "workflow/grabrag/figures.py"
+    plotting = source / "workflow/grabrag/report/figures.py"
     plotting.touch()
     plan = snakemake(tmp_path, "-n", snakefile=source / "Snakefile").stdout
     assert planned_jobs(plan) == {}, plan
@@ -664,7 +664,7 @@ def test_qx_condition_pairs_the_gold_passage_with_its_swapped_twin(tiny_run: Pat
 
 
 def test_evidential_evaluations_decisions_and_accounting(tiny_run: Path) -> None:
-    from grabrag.policies import EVIDENTIAL_RULES
+    from grabrag.policies.paper import EVIDENTIAL_RULES
 
     routes = set()
     assert not (tiny_run / f"results/evidential/{MODEL}/squad").exists()

@@ -2,8 +2,8 @@
 answer is longer than ``max_words`` words (``policies.options.TERSE.max_words``), else
 keeps P1's row. Loading this module (``policies.modules``) registers it."""
 
-from grabrag import registry
-from grabrag.policies import single_pass_decisions
+from grabrag.core import registry
+from grabrag.policies.paper import single_pass_decisions
 
 NAME = "TERSE"
 TOO_LONG = "too_long"

@@ -3,14 +3,14 @@ with bootstrap CIs from each dataset's own resamples (tidy CSV)."""
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.evaluate import (
+from grabrag.core.runner import log, run_rule
+from grabrag.evaluation.evaluate import (
     COLUMNS,
     abstention_over_datasets,
     read_context_files,
     read_decision_files,
 )
-from grabrag.runner import log, run_rule
-from grabrag.tabular import rows_csv
+from grabrag.report.tabular import rows_csv
 
 
 def main(smk):

@@ -3,10 +3,10 @@ person rated fluent or borderline in the filled audit CSV, with the Q0 -> QC del
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.io import read_jsonl
-from grabrag.runner import log, run_rule
-from grabrag.swap_audit import read_audit_ratings
-from grabrag.tables import audit_hwsa_rows, write_audit_hwsa
+from grabrag.contexts.audit import read_audit_ratings
+from grabrag.core.io import read_jsonl
+from grabrag.core.runner import log, run_rule
+from grabrag.report.tables import audit_hwsa_rows, write_audit_hwsa
 
 
 def main(smk):

@@ -3,9 +3,9 @@
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.io import read_jsonl
-from grabrag.runner import log, run_rule
-from grabrag.swap_audit import audit_sample, write_audit_csv
+from grabrag.contexts.audit import audit_sample, write_audit_csv
+from grabrag.core.io import read_jsonl
+from grabrag.core.runner import log, run_rule
 
 
 def main(smk):

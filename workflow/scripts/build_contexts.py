@@ -2,10 +2,10 @@
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.assets import resolve
-from grabrag.contexts import CONDITIONS, build_contexts, load_token_counter
-from grabrag.io import read_jsonl, write_json, write_jsonl
-from grabrag.runner import log, run_rule
+from grabrag.contexts.paired import CONDITIONS, build_contexts, load_token_counter
+from grabrag.core.io import read_jsonl, write_json, write_jsonl
+from grabrag.core.runner import log, run_rule
+from grabrag.data.assets import resolve
 
 
 def main(smk):

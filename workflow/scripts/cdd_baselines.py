@@ -1,18 +1,19 @@
 """Rule baselines_generate: the prompt-only baselines (CAI, SHAM, REFLECT, FILTER) of one
-condition, back to back per question, as generation rows (grabrag.generation.run_cells)."""
+condition, back to back per question, as generation rows
+(grabrag.generation.generator.run_cells)."""
 
 from pathlib import Path
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 import _job_gpu  # noqa: F401  (claims this job's GPU before any CUDA library loads)
-import llama_cpp  # noqa: F401  (first: see grabrag.generation.LLAMA_FIRST)
+import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_FIRST)
 
-from grabrag.assets import resolve
-from grabrag.cdd import baseline_messages, grammar_for_messages
-from grabrag.generation import LlamaGenerator, cell_report, run_cells, settings_from
-from grabrag.io import read_jsonl, write_jsonl
-from grabrag.progress import Progress
-from grabrag.runner import log, run_rule
+from grabrag.cdd.method import baseline_messages, grammar_for_messages
+from grabrag.core.io import read_jsonl, write_jsonl
+from grabrag.core.progress import Progress
+from grabrag.core.runner import log, run_rule
+from grabrag.data.assets import resolve
+from grabrag.generation.generator import LlamaGenerator, cell_report, run_cells, settings_from
 
 
 def main(smk):

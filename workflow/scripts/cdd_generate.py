@@ -1,5 +1,5 @@
 """Rule cdd_generate: CDD's steps for one condition, with the ablations and the perturbed
-step-5 reruns when cdd.diagnostics is on (grabrag.cdd_runs.run_traces)."""
+step-5 reruns when cdd.diagnostics is on (grabrag.cdd.runs.run_traces)."""
 
 import hashlib
 import json
@@ -7,14 +7,14 @@ from pathlib import Path
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 import _job_gpu  # noqa: F401  (claims this job's GPU before any CUDA library loads)
-import llama_cpp  # noqa: F401  (first: see grabrag.generation.LLAMA_FIRST)
+import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_FIRST)
 
-from grabrag.assets import resolve
-from grabrag.cdd import CLOSED_BOOK
-from grabrag.cdd_runs import preflight_calls, run_traces
-from grabrag.generation import LlamaGenerator, settings_from
-from grabrag.io import read_jsonl, write_jsonl
-from grabrag.runner import log, run_rule
+from grabrag.cdd.method import CLOSED_BOOK
+from grabrag.cdd.runs import preflight_calls, run_traces
+from grabrag.core.io import read_jsonl, write_jsonl
+from grabrag.core.runner import log, run_rule
+from grabrag.data.assets import resolve
+from grabrag.generation.generator import LlamaGenerator, settings_from
 
 
 def main(smk):

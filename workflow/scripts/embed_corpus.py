@@ -4,10 +4,10 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 import numpy as np
 import torch
 
-from grabrag.assets import resolve
-from grabrag.io import atomic_write, read_jsonl
-from grabrag.retrieval import embed, load_encoder, passage_text
-from grabrag.runner import log, run_rule
+from grabrag.core.io import atomic_write, read_jsonl
+from grabrag.core.runner import log, run_rule
+from grabrag.data.assets import resolve
+from grabrag.data.retrieval import embed, load_encoder, passage_text
 
 
 def main(smk):

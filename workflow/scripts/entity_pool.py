@@ -2,12 +2,12 @@
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.assets import resolve
-from grabrag.data import ADAPTERS, dataset_gold_texts
-from grabrag.entity_pool import NerCache, build_entity_pool, gold_passage_texts
-from grabrag.io import read_jsonl, write_json
-from grabrag.ner import load_configured_ner, ner_assets
-from grabrag.runner import log, run_rule
+from grabrag.contexts.entity_pool import NerCache, build_entity_pool, gold_passage_texts
+from grabrag.contexts.ner import load_configured_ner, ner_assets
+from grabrag.core.io import read_jsonl, write_json
+from grabrag.core.runner import log, run_rule
+from grabrag.data.assets import resolve
+from grabrag.data.datasets import ADAPTERS, dataset_gold_texts
 
 
 def main(smk):

@@ -6,19 +6,19 @@ from pathlib import Path
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 import _job_gpu  # noqa: F401  (claims this job's GPU before any CUDA library loads)
-import llama_cpp  # noqa: F401  (first: see grabrag.generation.LLAMA_FIRST)
+import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_FIRST)
 
-from grabrag.assets import resolve
-from grabrag.evidential_runs import (
+from grabrag.core.io import read_jsonl, write_json, write_jsonl
+from grabrag.core.progress import Progress
+from grabrag.core.runner import log, run_rule
+from grabrag.data.assets import resolve
+from grabrag.evidential.runs import (
     generation_preflight,
     generation_report,
     peak_memory_mb,
     run_generation,
 )
-from grabrag.generation import LlamaGenerator, settings_from
-from grabrag.io import read_jsonl, write_json, write_jsonl
-from grabrag.progress import Progress
-from grabrag.runner import log, run_rule
+from grabrag.generation.generator import LlamaGenerator, settings_from
 
 
 def main(smk):

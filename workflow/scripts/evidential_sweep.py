@@ -3,10 +3,10 @@ EVID_CB for one model x dataset, from stored evaluations only (no LLM call)."""
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.evidential import sweep_grid
-from grabrag.evidential_runs import SWEEP_COLUMNS, sweep_table
-from grabrag.io import read_jsonl, write_csv
-from grabrag.runner import log, run_rule
+from grabrag.core.io import read_jsonl, write_csv
+from grabrag.core.runner import log, run_rule
+from grabrag.evidential.method import sweep_grid
+from grabrag.evidential.runs import SWEEP_COLUMNS, sweep_table
 
 
 def main(smk):

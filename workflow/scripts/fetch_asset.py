@@ -2,8 +2,8 @@
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.assets import materialise
-from grabrag.runner import log, run_rule
+from grabrag.core.runner import log, run_rule
+from grabrag.data.assets import materialise
 
 
 def main(smk):

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag import figures as f
-from grabrag.runner import run_rule
-from grabrag.tabular import listed_in
+from grabrag.core.runner import run_rule
+from grabrag.report import figures as f
+from grabrag.report.tabular import listed_in
 
 
 def main(smk):

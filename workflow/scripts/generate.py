@@ -4,14 +4,14 @@ from pathlib import Path
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 import _job_gpu  # noqa: F401  (claims this job's GPU before any CUDA library loads)
-import llama_cpp  # noqa: F401  (first: see grabrag.generation.LLAMA_FIRST)
+import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_FIRST)
 
-from grabrag.assets import resolve
-from grabrag.generation import LlamaGenerator, run_cells, settings_from
-from grabrag.io import read_jsonl, write_jsonl
-from grabrag.progress import Progress
-from grabrag.prompts import messages_for
-from grabrag.runner import log, run_rule
+from grabrag.core.io import read_jsonl, write_jsonl
+from grabrag.core.progress import Progress
+from grabrag.core.runner import log, run_rule
+from grabrag.data.assets import resolve
+from grabrag.generation.generator import LlamaGenerator, run_cells, settings_from
+from grabrag.generation.prompts import messages_for
 
 
 def main(smk):

@@ -2,9 +2,9 @@
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.generation import cell_report
-from grabrag.io import read_jsonl, write_json
-from grabrag.runner import log, run_rule
+from grabrag.core.io import read_jsonl, write_json
+from grabrag.core.runner import log, run_rule
+from grabrag.generation.generator import cell_report
 
 
 def main(smk):

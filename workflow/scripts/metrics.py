@@ -2,9 +2,9 @@
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.evaluate import COLUMNS, evaluate, read_context_files, read_decision_files
-from grabrag.runner import log, run_rule
-from grabrag.tabular import rows_csv
+from grabrag.core.runner import log, run_rule
+from grabrag.evaluation.evaluate import COLUMNS, evaluate, read_context_files, read_decision_files
+from grabrag.report.tabular import rows_csv
 
 
 def main(smk):

@@ -2,12 +2,12 @@
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 import _job_gpu  # noqa: F401  (claims this job's GPU before any CUDA library loads)
-import llama_cpp  # noqa: F401  (first: see grabrag.generation.LLAMA_FIRST)
+import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_FIRST)
 
-from grabrag.assets import resolve
-from grabrag.io import read_jsonl, write_jsonl
-from grabrag.nli import lazy_verifier, nli_report, nli_rows
-from grabrag.runner import log, run_rule
+from grabrag.core.io import read_jsonl, write_jsonl
+from grabrag.core.runner import log, run_rule
+from grabrag.data.assets import resolve
+from grabrag.policies.nli import lazy_verifier, nli_report, nli_rows
 
 
 def main(smk):

@@ -3,9 +3,9 @@ confidence cutoff, from the stored P1 and CB generations (no model call)."""
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.io import read_jsonl, write_csv
-from grabrag.runner import run_rule
-from grabrag.tables import p3_sweep_rows
+from grabrag.core.io import read_jsonl, write_csv
+from grabrag.core.runner import run_rule
+from grabrag.report.tables import p3_sweep_rows
 
 
 def main(smk):

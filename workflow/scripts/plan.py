@@ -3,9 +3,9 @@ written to results/plan.md and shown in the log, before anything is downloaded."
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.io import atomic_write
-from grabrag.plan import plan_text
-from grabrag.runner import log, run_rule
+from grabrag.core.io import atomic_write
+from grabrag.core.runner import log, run_rule
+from grabrag.pipeline.plan import plan_text
 
 
 def main(smk):

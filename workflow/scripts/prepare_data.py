@@ -2,10 +2,10 @@
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.assets import resolve
-from grabrag.data import ADAPTERS, build_dataset
-from grabrag.io import write_json, write_jsonl
-from grabrag.runner import log, run_rule
+from grabrag.core.io import write_json, write_jsonl
+from grabrag.core.runner import log, run_rule
+from grabrag.data.assets import resolve
+from grabrag.data.datasets import ADAPTERS, build_dataset
 
 
 def main(smk):

@@ -4,10 +4,11 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 import numpy as np
 import torch
 
-from grabrag.assets import resolve
-from grabrag.errors import DataError
-from grabrag.io import read_jsonl, write_jsonl
-from grabrag.retrieval import (
+from grabrag.core.errors import DataError
+from grabrag.core.io import read_jsonl, write_jsonl
+from grabrag.core.runner import log, run_rule
+from grabrag.data.assets import resolve
+from grabrag.data.retrieval import (
     bm25_scores,
     embed,
     hybrid_scores,
@@ -15,7 +16,6 @@ from grabrag.retrieval import (
     passage_text,
     rank_question,
 )
-from grabrag.runner import log, run_rule
 
 
 def main(smk):

@@ -4,11 +4,11 @@ together), for the questions of the condition it is paired with."""
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.assets import resolve
-from grabrag.contexts import load_token_counter
-from grabrag.io import read_jsonl, write_json, write_jsonl
-from grabrag.runner import log, run_rule
-from grabrag.swap_contexts import swapped_condition_rows
+from grabrag.contexts.paired import load_token_counter
+from grabrag.contexts.swapped import swapped_condition_rows
+from grabrag.core.io import read_jsonl, write_json, write_jsonl
+from grabrag.core.runner import log, run_rule
+from grabrag.data.assets import resolve
 
 
 def main(smk):

@@ -2,17 +2,17 @@
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.entity_pool import EntityPool, NerCache
-from grabrag.io import read_json, read_jsonl, write_csv, write_json, write_jsonl
-from grabrag.ner import load_configured_ner, ner_assets
-from grabrag.runner import log, run_rule
-from grabrag.swap_audit import (
+from grabrag.contexts.audit import (
     SWAP_TABLE_COLUMNS,
     eligibility_summary,
     reference_comparison,
     swap_table,
 )
-from grabrag.swaps import build_swaps
+from grabrag.contexts.entity_pool import EntityPool, NerCache
+from grabrag.contexts.ner import load_configured_ner, ner_assets
+from grabrag.contexts.swaps import build_swaps
+from grabrag.core.io import read_json, read_jsonl, write_csv, write_json, write_jsonl
+from grabrag.core.runner import log, run_rule
 
 
 def main(smk):

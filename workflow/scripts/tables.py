@@ -4,9 +4,9 @@ from pathlib import Path
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag import tables as t
-from grabrag.runner import log, run_rule
-from grabrag.tabular import listed_in
+from grabrag.core.runner import log, run_rule
+from grabrag.report import tables as t
+from grabrag.report.tabular import listed_in
 
 
 def main(smk):

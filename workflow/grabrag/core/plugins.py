@@ -1,0 +1,45 @@
+"""Loading the config's policy modules (``policies.modules``).
+
+Kept apart from :mod:`grabrag.core.registry` so that every rule script can load them (a job
+runs in a process of its own) without importing the registry and, through it, every
+built-in policy: the rules hash the code each script imports, and the generation jobs
+must not rerun when the policy code changes. A module registers its policies by
+importing the registry itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+from collections.abc import Iterable
+from pathlib import Path
+
+from grabrag.core.errors import ConfigError
+
+_LOADED: set[str] = set()
+
+
+def load_modules(specs: Iterable[str]) -> None:
+    """Import each policy module once: a ``.py`` path (relative to the working directory)
+    or an importable module name. Importing it registers its policies."""
+    for spec in specs:
+        key = str(Path(spec).resolve()) if spec.endswith(".py") else spec
+        if key in _LOADED:
+            continue
+        if spec.endswith(".py"):
+            path = Path(key)
+            if not path.is_file():
+                raise ConfigError(f"config key 'policies.modules': no policy module at {spec}")
+            name = "grabrag_policy_" + hashlib.sha256(key.encode()).hexdigest()[:12]
+            module_spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            try:
+                importlib.import_module(spec)
+            except ModuleNotFoundError as error:
+                raise ConfigError(
+                    f"config key 'policies.modules': cannot import {spec} ({error})"
+                ) from None
+        _LOADED.add(key)

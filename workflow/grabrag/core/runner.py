@@ -1,0 +1,43 @@
+"""The one wrapper every rule script goes through: logging and clean user errors."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from grabrag.core import devices
+from grabrag.core.errors import GrabragError
+from grabrag.core.plugins import load_modules
+
+log = logging.getLogger("grabrag")
+
+
+def setup_logging(log_file: str | None) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file:
+        handlers.append(logging.FileHandler(log_file, mode="w", encoding="utf-8"))
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=handlers,
+        force=True,
+    )
+
+
+def run_rule(smk: Any, main: Callable[[Any], None]) -> None:
+    """Call ``main(snakemake)``; a GrabragError becomes one clear line and exit status 1.
+    The config's policy modules are loaded first: a job runs in a process of its own."""
+    setup_logging(smk.log[0] if len(smk.log) else None)
+    if devices.CLAIM is not None:
+        log.info(devices.CLAIM.describe())
+    started = time.perf_counter()
+    try:
+        load_modules(smk.config["policies"]["modules"])
+        main(smk)
+    except GrabragError as error:
+        log.error("rule %s failed: %s", smk.rule, error)
+        sys.exit(1)
+    log.info("rule %s done in %.1f s", smk.rule, time.perf_counter() - started)

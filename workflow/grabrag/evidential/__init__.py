@@ -1,0 +1,1 @@
+"""EvidentialRAG: the method (masses, fusion, decision) and its runs in the workflow."""

@@ -1,0 +1,2 @@
+"""Stage 3, generation: the paper's prompts and grammar, greedy grammar decoding and batched
+decoding on llama.cpp."""

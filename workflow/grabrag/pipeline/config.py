@@ -1,0 +1,199 @@
+"""Config validation against the one JSON schema, with defaults filled in."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+import jsonschema
+import yaml
+
+from grabrag.core import registry
+from grabrag.core.conditions import NAMES as CONDITION_NAMES
+from grabrag.core.errors import ConfigError
+from grabrag.data.datasets import ADAPTERS
+
+SCHEMA_FILE = "config.schema.yaml"
+
+
+def load_schema() -> dict[str, Any]:
+    """The schema, with the registered policies as the names ``policies.names`` accepts,
+    the adapters of :data:`grabrag.data.datasets.ADAPTERS` as those ``datasets.*.adapter`` does,
+    and the conditions of :mod:`grabrag.core.conditions` as ``generation.conditions``'s names
+    and default."""
+    text = resources.files("grabrag").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
+    schema = yaml.safe_load(text)
+    properties = schema["properties"]
+    properties["policies"]["properties"]["names"]["items"]["enum"] = registry.names()
+    dataset = properties["datasets"]["additionalProperties"]["properties"]
+    dataset["adapter"]["enum"] = list(ADAPTERS)
+    conditions = properties["generation"]["properties"]["conditions"]
+    conditions["items"]["enum"] = list(CONDITION_NAMES)
+    conditions["default"] = list(CONDITION_NAMES)
+    return schema
+
+
+def _with_defaults(validator_class: type) -> type:
+    """A validator that fills ``default`` values of object properties as it validates."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):  # type: ignore[no-untyped-def]
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema and name not in instance:
+                    instance[name] = copy.deepcopy(subschema["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+_Validator = _with_defaults(jsonschema.Draft7Validator)
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "(top level)"
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    if error.validator == "additionalProperties":
+        return f"config key '{_key_path(error)}': {error.message} (unknown key: check its spelling)"
+    if error.validator == "oneOf" and _key_path(error).startswith("assets."):
+        return (
+            f"config key '{_key_path(error)}': an asset needs exactly one source: "
+            "'pypi' (with 'member' and 'container_sha256'), 'path', or 'hub'"
+        )
+    return f"config key '{_key_path(error)}': {error.message}"
+
+
+def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a validated copy of ``config`` with defaults filled in.
+
+    Raises ConfigError naming the offending key; cross-references (an asset named by a
+    model, dataset or encoder) are checked too.
+    """
+    checked = copy.deepcopy(dict(config))
+    for name, spec in (checked.get("assets") or {}).items():
+        # Checked before defaults are filled in: a hub asset must name its revision.
+        if isinstance(spec, dict) and "hub" in spec and not spec.get("revision"):
+            raise ConfigError(
+                f"config key 'assets.{name}.revision': the hub asset '{spec['hub']}' needs a "
+                "revision: the commit to fetch (40 hex characters, from the repository's "
+                "'Files and versions' page). A branch name such as 'main' is pinned by the "
+                "lock file at the first fetch"
+            )
+    section = checked.get("policies")
+    modules = section.get("modules") if isinstance(section, dict) else None
+    if isinstance(modules, list) and all(isinstance(m, str) for m in modules):
+        # Before the schema check: their policies are names 'policies.names' may use.
+        registry.load_modules(modules)
+    errors = sorted(_Validator(load_schema()).iter_errors(checked), key=lambda e: e.path)
+    if errors:
+        best = jsonschema.exceptions.best_match(errors)
+        raise ConfigError(_describe(best))
+    assets = checked["assets"]
+    for name, spec in assets.items():
+        if "files" in spec and (
+            "hub" not in spec or spec.get("filename") or spec["repo_type"] == "dataset"
+        ):
+            raise ConfigError(
+                f"config key 'assets.{name}.files' selects files of a hub model snapshot; "
+                "it does not combine with 'filename', a dataset or a non-hub source: remove it"
+            )
+
+    def need_asset(key: str, name: str | None) -> None:
+        if name is not None and name not in assets:
+            raise ConfigError(
+                f"config key '{key}' names asset '{name}', which is not under 'assets' "
+                f"(known: {', '.join(sorted(assets))})"
+            )
+
+    for model, spec in checked["models"].items():
+        need_asset(f"models.{model}.asset", spec["asset"])
+    for dataset, spec in checked["datasets"].items():
+        need_asset(f"datasets.{dataset}.asset", spec["asset"])
+    need_asset("retrieval.encoder", checked["retrieval"]["encoder"])
+    weights = checked["retrieval"]["bm25_weight"], checked["retrieval"]["dense_weight"]
+    if abs(sum(weights) - 1.0) > 1e-9:
+        raise ConfigError(
+            f"config keys 'retrieval.bm25_weight' ({weights[0]:g}) and "
+            f"'retrieval.dense_weight' ({weights[1]:g}) sum to {sum(weights):g}; they must sum "
+            "to 1: the hybrid score is alpha x BM25 + (1 - alpha) x dense, both min-max "
+            "normalised (the paper: alpha = 0.5)"
+        )
+    need_asset("contexts.tokenizer", checked["contexts"]["tokenizer"])
+    need_asset("ner.asset", checked["ner"]["asset"])
+    need_asset("ner.tokenizer", checked["ner"].get("tokenizer"))
+    if checked["ner"].get("tokenizer") and checked["ner"]["backend"] != "gliner":
+        raise ConfigError(
+            "config key 'ner.tokenizer' applies to the gliner backend only "
+            f"(ner.backend is {checked['ner']['backend']}); remove it"
+        )
+    need_asset("nli.asset", checked["nli"]["asset"])
+    if checked["nli"]["backend"] == "transformers" and checked["nli"]["asset"] is None:
+        raise ConfigError(
+            "config key 'nli.asset': the transformers NLI backend needs a model asset"
+        )
+    for section in ("evidential", "cdd"):
+        for name in checked[section]["datasets"] or []:
+            if name not in checked["datasets"]:
+                raise ConfigError(
+                    f"config key '{section}.datasets' names dataset '{name}', which is not "
+                    f"under 'datasets' (known: {', '.join(sorted(checked['datasets']))})"
+                )
+    for name in checked["qc"]["audit_filled"]:
+        if name not in checked["datasets"]:
+            raise ConfigError(
+                f"config key 'qc.audit_filled' names dataset '{name}', which is not under "
+                f"'datasets' (known: {', '.join(sorted(checked['datasets']))})"
+            )
+    if checked["qc"]["audit_filled"] and "QC" not in checked["generation"]["conditions"]:
+        raise ConfigError(
+            "config key 'qc.audit_filled' is set but 'generation.conditions' has no QC: "
+            "Table 6 recomputes HwSA@QC, so add QC or empty qc.audit_filled"
+        )
+    sensitivity = checked.get("seed_sensitivity")
+    if sensitivity:
+        for key, known in (("model", checked["models"]), ("dataset", checked["datasets"])):
+            if sensitivity[key] not in known:
+                raise ConfigError(
+                    f"config key 'seed_sensitivity.{key}' names {key} '{sensitivity[key]}', "
+                    f"which is not under '{key}s' (known: {', '.join(sorted(known))})"
+                )
+        if sensitivity["seed"] == checked["seed"]:
+            raise ConfigError(
+                f"config key 'seed_sensitivity.seed' is {sensitivity['seed']}, the same as "
+                "'seed': a seed-sensitivity run needs a different seed (the paper uses 43)"
+            )
+    evidential = checked["evidential"]
+    if evidential["evaluator"] is not None and evidential["evaluator"] not in checked["models"]:
+        raise ConfigError(
+            f"config key 'evidential.evaluator' names model '{evidential['evaluator']}', which "
+            f"is not under 'models' (known: {', '.join(sorted(checked['models']))}); use null "
+            "for each generator model itself"
+        )
+    if not evidential["tau1"] < evidential["tau2"]:
+        raise ConfigError(
+            "config key 'evidential.tau1' must be below 'evidential.tau2' "
+            f"({evidential['tau1']} >= {evidential['tau2']})"
+        )
+    for tau1, tau2 in evidential["tau_grid"]:
+        if not tau1 < tau2:
+            raise ConfigError(
+                f"config key 'evidential.tau_grid' has the pair [{tau1}, {tau2}]: tau1 must be "
+                "below tau2"
+            )
+    contexts = checked["contexts"]
+    if "QX" in checked["generation"]["conditions"] and contexts["n_passages"] < 2:
+        raise ConfigError(
+            "config key 'generation.conditions' lists QX, which needs 'contexts.n_passages' "
+            f">= 2 (the gold passage and its swapped twin), got {contexts['n_passages']}"
+        )
+    if contexts["n_gold_q50"] > contexts["n_passages"]:
+        raise ConfigError(
+            "config key 'contexts.n_gold_q50' must not exceed 'contexts.n_passages' "
+            f"({contexts['n_gold_q50']} > {contexts['n_passages']})"
+        )
+    return checked

@@ -1,0 +1,189 @@
+"""What a config will fetch and run, stated before anything is downloaded.
+
+:func:`plan_text` lists every asset the config uses with its size, from the hub's own
+metadata where the hub answers, else the size the config declares (``size_bytes``, the
+README's figures), and the model calls each model-calling rule will make: upper bounds
+from the design, with every sampled question kept and QC-eligible (the paper keeps 202
+of 500 NQ and 330 of 500 HotpotQA questions in QC, so QC and QX cost less than shown).
+``snakemake --configfile CONFIG plan`` writes it to ``results/plan.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from grabrag.core import registry
+from grabrag.core.conditions import CLOSED_BOOK, SEED_COMPARED
+from grabrag.core.plugins import load_modules
+from grabrag.data.assets import asset_bytes, human_bytes
+
+
+def used_assets(config: Mapping[str, Any]) -> list[str]:
+    """The assets the config's models, datasets, encoder, tokenizers and verifier name,
+    in that order, each once."""
+    names = [m["asset"] for m in config["models"].values()]
+    names += [d["asset"] for d in config["datasets"].values()]
+    names += [
+        config["retrieval"]["encoder"],
+        config["contexts"].get("tokenizer"),
+        config["ner"]["asset"],
+        config["ner"].get("tokenizer"),
+    ]
+    if "P4" in config["policies"]["names"]:
+        names.append(config["nli"].get("asset"))
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def _scoped(config: Mapping[str, Any], section: str) -> tuple[list[str], list[str]]:
+    """(the configured policies a method section scopes, the datasets it runs on)."""
+    load_modules(config["policies"].get("modules") or [])
+    policies = [p for p in config["policies"]["names"] if registry.policy(p).scope == section]
+    chosen = config[section].get("datasets")
+    datasets = [d for d in config["datasets"] if chosen is None or d in chosen]
+    return policies, datasets if policies else []
+
+
+def model_calls(config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per model-calling rule: its jobs and its model calls at most (every question kept
+    and QC-eligible), with how the number is made."""
+    models = list(config["models"])
+    n_by_dataset = {d: spec["n_questions"] for d, spec in config["datasets"].items()}
+    conditions = [c for c in config["generation"]["conditions"] if c != CLOSED_BOOK]
+    k = config["contexts"]["n_passages"]
+    policies = config["policies"]["names"]
+    m = len(models)
+    questions = sum(n_by_dataset.values())
+    rows = [
+        {
+            "rule": "generate_context_prompts",
+            "jobs": m * len(n_by_dataset) * len(conditions),
+            "calls": m * questions * len(conditions) * 3,
+            "how": f"P0, P1, P2 per question and condition ({', '.join(conditions)})",
+        },
+        {
+            "rule": "generate_closed_book",
+            "jobs": m * len(n_by_dataset),
+            "calls": m * questions,
+            "how": "one closed-book (CB) call per question",
+        },
+    ]
+    if "P4" in policies:
+        backend = config["nli"]["backend"]
+        rows.append(
+            {
+                "rule": "nli",
+                "llm": backend == "llm",
+                "jobs": m * len(n_by_dataset) * len(conditions),
+                "calls": m * questions * len(conditions) * k,
+                "how": f"{backend} verifier: at most one premise-hypothesis pair per passage "
+                "where the CB answer is confident",
+            }
+        )
+    evid, evid_datasets = _scoped(config, "evidential")
+    if evid:
+        n = sum(n_by_dataset[d] for d in evid_datasets)
+        rows += [
+            {
+                "rule": "evidential_evaluate",
+                "jobs": m * len(evid_datasets) * len(conditions),
+                "calls": m * n * len(conditions) * k,
+                "how": f"one evaluator call per passage ({k})",
+            },
+            {
+                "rule": "evidential_generate",
+                "jobs": m * len(evid_datasets) * len(conditions),
+                "calls": m * n * len(conditions) * len(evid),
+                "how": f"one generator call per question for each of {', '.join(evid)}",
+            },
+        ]
+    cdd, cdd_datasets = _scoped(config, "cdd")
+    if cdd:
+        n = sum(n_by_dataset[d] for d in cdd_datasets)
+        settings = config["cdd"]
+        traces = [p for p in cdd if p in ("CDD", "CDD_ALPHA")]
+        baselines = [p for p in cdd if p not in traces]
+        if traces:
+            per = 4 + 5 * bool(settings["diagnostics"])
+            per += settings["parametric"] == "in_context"
+            per += settings["gate"] == "model" and "CDD_ALPHA" in traces
+            rows.append(
+                {
+                    "rule": "cdd_generate",
+                    "jobs": m * len(cdd_datasets) * len(conditions),
+                    "calls": m * n * len(conditions) * per,
+                    "how": f"at most {per} calls per question and condition (steps 1-5"
+                    + (", the diagnostics' reruns" if settings["diagnostics"] else "")
+                    + (", step 2 in context" if settings["parametric"] == "in_context" else "")
+                    + (", the model gate" if settings["gate"] == "model" else "")
+                    + ")",
+                }
+            )
+        if baselines:
+            rows.append(
+                {
+                    "rule": "baselines_generate",
+                    "jobs": m * len(cdd_datasets) * len(conditions),
+                    "calls": m * n * len(conditions) * len(baselines),
+                    "how": f"one call per question for each of {', '.join(baselines)}",
+                }
+            )
+    sensitivity = config.get("seed_sensitivity")
+    if sensitivity:
+        compared = [c for c in SEED_COMPARED if c in conditions]
+        rows.append(
+            {
+                "rule": "generate_context_prompts (seed sensitivity)",
+                "jobs": len(compared),
+                "calls": n_by_dataset[sensitivity["dataset"]] * len(compared) * 3,
+                "how": f"{sensitivity['model']} x {sensitivity['dataset']} rebuilt with seed "
+                f"{sensitivity['seed']}: P0-P2 at {', '.join(compared)}",
+            }
+        )
+    return rows
+
+
+def plan_text(
+    config: Mapping[str, Any],
+    lookup_hub: bool = True,
+    sizes: Mapping[str, tuple[int | None, str]] | None = None,
+) -> str:
+    """The plan as Markdown: the assets with their sizes and sources, their total, and
+    the model calls per rule with their total."""
+    assets = config["assets"]
+    names = used_assets(config)
+    sizes = dict(sizes or {})
+    for name in names:
+        if name not in sizes:
+            sizes[name] = asset_bytes(assets[name], lookup_hub)
+    lines = ["# What this config fetches and runs", "", "## Assets", ""]
+    lines += ["| asset | source | size | size from |", "|---|---|---|---|"]
+    for name in names:
+        spec = assets[name]
+        source = (
+            f"hub {spec['hub']}"
+            if "hub" in spec
+            else "pypi " + spec["pypi"]
+            if "pypi" in spec
+            else f"path {spec['path']}"
+        )
+        size, basis = sizes[name]
+        lines.append(f"| {name} | {source} | {human_bytes(size)} | {basis} |")
+    known = [s for s, _ in sizes.values() if s is not None]
+    unknown = [n for n in names if sizes[n][0] is None]
+    total = f"{human_bytes(sum(known))}" + (
+        f" plus {len(unknown)} of unknown size ({', '.join(unknown)})" if unknown else ""
+    )
+    lines += ["", f"In all: {total}. A path asset is read in place, not copied.", ""]
+    lines += ["## Model calls (at most: every question kept and QC-eligible)", ""]
+    lines += ["| rule | jobs | calls | how |", "|---|---|---|---|"]
+    calls = model_calls(config)
+    for row in calls:
+        lines.append(f"| {row['rule']} | {row['jobs']:,} | {row['calls']:,} | {row['how']} |")
+    llm = sum(r["calls"] for r in calls if r.get("llm", True))
+    total = sum(r["calls"] for r in calls)
+    summary = f"In all: {total:,} model calls"
+    if llm != total:
+        summary += f", {llm:,} of them LLM calls (the rest: the NLI verifier's pairs)"
+    lines += ["", summary + ".", ""]
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Stage 6, the report: the paper's tables and figures."""

@@ -1,0 +1,543 @@
+"""The paper's figures (PDF + PNG): one colour per policy everywhere, labelled axes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on a cluster node
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
+
+from grabrag.core import registry  # noqa: E402
+from grabrag.core.conditions import NAMES as CONDITIONS  # noqa: E402
+from grabrag.core.conditions import SHOULD_ABSTAIN  # noqa: E402
+from grabrag.core.io import atomic_write, read_jsonl  # noqa: E402
+from grabrag.core.registry import Features  # noqa: E402
+from grabrag.evaluation.results import read_metrics, read_sweeps  # noqa: E402
+from grabrag.report.tabular import group_means, in_order, same_float, where  # noqa: E402
+from grabrag.scoring.metrics import confidence_and_correct, reliability_bins, risk_coverage  # noqa: E402
+
+# Colours of registered policies that name none, in registration order.
+SPARE_COLOURS = ("#000000", "#a6761d", "#6a3d9a", "#b15928", "#1f78b4", "#fb9a99")
+
+
+def policy_colours() -> dict[str, str]:
+    """Colour of every policy the figures draw (the registry's ``in_figures``), in
+    registration order: one colour per policy in every figure."""
+    shown = [p for p in registry.policies().values() if p.in_figures]
+    spare = iter(SPARE_COLOURS * len(shown))
+    return {p.name: p.colour or next(spare) for p in shown}
+
+
+def policy_names() -> dict[str, str]:
+    """Legend label of every policy the figures draw (the registry's ``label``)."""
+    return {p.name: p.label or p.name for p in registry.policies().values() if p.in_figures}
+
+
+# The lambda sweep's x axis: normalised Dempster as its own tick, then lambda values.
+LAMBDA_TICKS = (("dempster", "Dempster"), ("0", "0"), ("0.3", "0.3"), ("0.6", "0.6"), ("1", "1.0"))
+
+
+def lambda_ticks(rules: Any) -> list[tuple[str, str]]:
+    """(rule, label) of the sweep's fusion rules: Dempster first, then lambda ascending
+    (the grid is configurable: evidential.lambda_grid)."""
+    present = {str(r) for r in rules} - {"average"}
+    numbers = sorted((r for r in present if r != "dempster"), key=float)
+    ticks = [("dempster", "Dempster")] if "dempster" in present else []
+    return ticks + [(r, f"{float(r):g}" if r != "1" else "1.0") for r in numbers]
+
+
+def save(fig: Any, stem: str | Path) -> None:
+    """Write stem.pdf and stem.png atomically."""
+    stem = Path(stem)
+    for suffix in (".pdf", ".png"):
+        with atomic_write(stem.with_suffix(suffix), "wb") as handle:
+            # No creation date in the PDF: two runs give byte-identical files.
+            metadata = {"CreationDate": None} if suffix == ".pdf" else None
+            fig.savefig(handle, format=suffix[1:], dpi=150, bbox_inches="tight", metadata=metadata)
+    plt.close(fig)
+
+
+def _grid(cells: Sequence[tuple[str, str]], width: float = 3.6, height: float = 3.0):
+    models = in_order("model", (m for m, _ in cells))
+    datasets = in_order("dataset", (d for _, d in cells))
+    fig, axes = plt.subplots(
+        len(datasets),
+        len(models),
+        figsize=(width * len(models), height * len(datasets)),
+        squeeze=False,
+        sharey=True,
+    )
+    return fig, axes, models, datasets
+
+
+def _floats(values: Sequence[float | None]) -> np.ndarray:
+    """Numbers to plot, a missing one (None) as NaN: matplotlib leaves a gap there."""
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+
+
+def _by(frame: pl.DataFrame, key: str, keys: Sequence[Any], column: str) -> np.ndarray:
+    """``column`` at each of ``keys`` of the ``key`` column (NaN where a key is absent)."""
+    found = dict(zip(frame[key], frame[column], strict=True))
+    return _floats([found.get(k) for k in keys])
+
+
+def _abstention_panel(ax: Any, rates: pl.DataFrame, conditions: Sequence[str]) -> None:
+    """One panel: abstention rate (%) per condition, a line per policy with its 95% CI
+    band, the should-abstain conditions shaded."""
+    shaded = [k for k, c in enumerate(conditions) if c in SHOULD_ABSTAIN]
+    if shaded:
+        ax.axvspan(
+            min(shaded) - 0.5, max(shaded) + 0.5, color="0.92", zorder=0, label="should abstain"
+        )
+    x = range(len(conditions))
+    names = policy_names()
+    for policy, colour in policy_colours().items():
+        rows = where(rates, policy=policy)
+        value = _by(rows, "condition", conditions, "value")
+        if np.isnan(value).all():
+            continue
+        ax.plot(x, 100 * value, marker="o", color=colour, label=names[policy])
+        ax.fill_between(
+            x,
+            100 * _by(rows, "condition", conditions, "ci_low"),
+            100 * _by(rows, "condition", conditions, "ci_high"),
+            color=colour,
+            alpha=0.15,
+        )
+    ax.set_xticks(list(x), conditions)
+    ax.set_xlim(-0.5, len(conditions) - 0.5)
+    ax.set_ylim(-2, 102)
+    ax.set_xlabel("context condition")
+
+
+def _legend_below(fig: Any, ncol: int = 7) -> None:
+    """One legend for every panel, under them (inside a panel it would hide lines); a
+    policy that only some panels show is still listed once."""
+    entries: dict[str, Any] = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    order = ["should abstain", *policy_names().values()]
+    labels = sorted(entries, key=lambda x: order.index(x) if x in order else len(order))
+    if entries:
+        fig.legend(
+            [entries[label] for label in labels],
+            labels,
+            loc="upper center",
+            ncol=min(ncol, len(entries)),
+            fontsize=8,
+            bbox_to_anchor=(0.5, 0.0),
+            frameon=False,
+        )
+
+
+def _abstain_rates(frame: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    rates = where(frame, metric="abstain_rate").filter(pl.col("condition").is_in(CONDITIONS))
+    return rates, [c for c in CONDITIONS if c in set(rates["condition"])]
+
+
+def abstention_by_condition(means: pl.DataFrame) -> Any:
+    """Figure 2: abstention rate by condition averaged over the datasets, one panel per
+    model, one line per policy with 95% bootstrap CI bands, should-abstain conditions
+    shaded. ``means``: rows of :func:`grabrag.evaluation.evaluate.abstention_over_datasets`."""
+    rates, conditions = _abstain_rates(means)
+    models = in_order("model", rates["model"]) or [""]
+    fig, axes = plt.subplots(
+        1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False, sharey=True
+    )
+    for ax, model in zip(axes[0], models, strict=True):
+        cell = where(rates, model=model)
+        _abstention_panel(ax, cell, conditions)
+        named = (d for names in cell["dataset"] for d in str(names).split("+"))
+        averaged = in_order("dataset", named)
+        ax.set_title(f"{model}\n(mean over {', '.join(averaged)})", fontsize=9)
+    axes[0][0].set_ylabel("abstention rate (%)")
+    fig.suptitle("Abstention rate by context condition (95% bootstrap CI)", fontsize=10)
+    fig.tight_layout()
+    _legend_below(fig, ncol=min(7, 3 + len(models)))
+    return fig
+
+
+def abstention_by_dataset(metrics: pl.DataFrame) -> Any:
+    """Figure 2 per dataset: one panel per model (columns) and dataset (rows)."""
+    rates, conditions = _abstain_rates(metrics)
+    cells = sorted(set(zip(rates["model"], rates["dataset"], strict=True)))
+    fig, axes, models, datasets = _grid(cells, width=4.2, height=3.4)
+    for i, dataset in enumerate(datasets):
+        for j, model in enumerate(models):
+            ax = axes[i][j]
+            cell = where(rates, model=model, dataset=dataset)
+            _abstention_panel(ax, cell, conditions)
+            ax.set_title(f"{model} / {dataset}", fontsize=9)
+            if j == 0:
+                ax.set_ylabel("abstention rate (%)")
+    fig.suptitle("Abstention rate by context condition and dataset (95% bootstrap CI)", fontsize=10)
+    fig.tight_layout()
+    _legend_below(fig, ncol=min(7, 3 + len(models)))
+    return fig
+
+
+def _means(frame: pl.DataFrame, by: str, column: str) -> tuple[list[Any], np.ndarray]:
+    """(sorted values of ``by``, the mean of ``column`` at each)."""
+    means = group_means(frame, by, [column])
+    return list(means), _floats([values[column] for values in means.values()])
+
+
+def p3_sweep_figure(sweep: pl.DataFrame, cutoff: float = 50, threshold: float = 0.8) -> Any:
+    """P3's HwSA@QC, FAC@Q100 and Ans@Q100 against the F1 threshold (macro average) at the
+    configured confidence ``cutoff``, the configured ``threshold`` marked."""
+    chosen = sweep.filter(same_float("cutoff", cutoff))
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for column, label, style in (
+        ("hwsa_qc", "HwSA@QC", "-o"),
+        ("fac_q100", "FAC@Q100", "-s"),
+        ("ans_q100", "Ans@Q100", "-^"),
+    ):
+        if column in chosen.columns:
+            thresholds, means = _means(chosen, "threshold", column)
+            ax.plot(thresholds, 100 * means, style, label=label)
+    ax.axvline(threshold, color="0.6", linestyle=":", label=f"threshold used ({threshold:g})")
+    ax.set_xlabel("P3 F1 agreement threshold")
+    ax.set_ylabel("rate (%)")
+    ax.set_ylim(-2, 102)
+    ax.set_title(f"P3 threshold sweep (confidence cutoff {cutoff:g})", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def risk_coverage_figure(
+    curves: Mapping[tuple[str, str, str], tuple[Sequence[float], Sequence[float]]],
+) -> Any:
+    """Risk-coverage curves per model x dataset, one line per policy (all conditions)."""
+    cells = sorted({(m, d) for m, d, _ in curves})
+    fig, axes, models, datasets = _grid(cells)
+    colours, names = policy_colours(), policy_names()
+    order = list(colours)
+    shown = {key: curve for key, curve in curves.items() if key[2] in colours}
+    for (model, dataset, policy), (coverage, risk) in sorted(
+        shown.items(), key=lambda item: order.index(item[0][2])
+    ):
+        ax = axes[datasets.index(dataset)][models.index(model)]
+        if len(coverage):
+            ax.plot(coverage, risk, color=colours[policy], label=names[policy])
+    for i, dataset in enumerate(datasets):
+        for j, model in enumerate(models):
+            ax = axes[i][j]
+            ax.set_title(f"{model} / {dataset}", fontsize=9)
+            ax.set_xlabel("coverage")
+            ax.set_xlim(0, 1)
+            ax.set_ylim(-0.02, 1.02)
+            if j == 0:
+                ax.set_ylabel("risk (1 - accuracy)")
+    fig.suptitle("Risk-coverage (area under the curve = AURC)", fontsize=10)
+    fig.tight_layout()
+    _legend_below(fig, ncol=4)
+    return fig
+
+
+def reliability_figure(bins: Mapping[str, Sequence[Mapping[str, float]]]) -> Any:
+    """Reliability diagrams: accuracy per confidence bin, one panel per policy."""
+    colours, names = policy_colours(), policy_names()
+    policies = [p for p in colours if p in bins]
+    # At most 7 panels a row (13 policies with the CDD family make two rows).
+    ncols = max(1, min(7, len(policies)))
+    nrows = max(1, math.ceil(len(policies) / ncols))
+    fig, axes = plt.subplots(
+        nrows,
+        ncols,
+        figsize=(3 * ncols, 3.2 * nrows),
+        squeeze=False,
+        sharey=True,
+    )
+    for ax in axes.flat[len(policies) :]:
+        ax.set_visible(False)
+    for ax, policy in zip(axes.flat, policies, strict=False):
+        rows = [b for b in bins[policy] if b["n"] and not math.isnan(b["accuracy"])]
+        ax.plot([0, 1], [0, 1], color="0.6", linestyle=":", label="perfect calibration")
+        ax.bar(
+            [b["mid"] for b in rows],
+            [b["accuracy"] for b in rows],
+            width=0.09,
+            color=colours[policy],
+            alpha=0.8,
+            edgecolor="0.2",
+            linewidth=0.6,
+            label="accuracy",
+        )
+        # Rows per bin, so a bin with accuracy 0 is told apart from an empty one.
+        for b in rows:
+            ax.annotate(
+                f"n={b['n']}",
+                (b["mid"], b["accuracy"]),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                fontsize=6,
+            )
+        ax.set_title(names[policy], fontsize=9)
+        ax.set_xlabel("confidence (bin midpoint)")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1.02)
+    for row in axes:
+        row[0].set_ylabel("fraction correct")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Reliability (10 bins, all models, datasets and conditions)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+QC_PARTS = (
+    ("qc_echo", "echo (planted answer)", "#c44e52"),
+    ("qc_hallucination", "hallucination", "#8c8c8c"),
+    ("qc_override", "correct override", "#55a868"),
+)
+
+
+def qc_breakdown_figure(metrics: pl.DataFrame) -> Any:
+    """Answered QC rows split into echo / hallucination / correct override (Table 3's
+    sources), one panel per model, one bar per policy (datasets pooled): the share of the
+    answered rows (%), with the number answered over each bar."""
+    colours, names = policy_colours(), policy_names()
+    counts = where(metrics, condition="QC").filter(
+        pl.col("policy").is_in(list(colours)),
+        pl.col("metric").is_in([c for c, _, _ in QC_PARTS] + ["qc_answered"]),
+    )
+    # (model, policy) -> metric -> the sum over datasets
+    table: dict[tuple[str, str], dict[str, float]] = {}
+    for row in counts.iter_rows(named=True):
+        if row["value"] is None or math.isnan(row["value"]):
+            continue
+        sums = table.setdefault((row["model"], row["policy"]), {})
+        sums[row["metric"]] = sums.get(row["metric"], 0.0) + float(row["value"])
+    models = in_order("model", (m for m, _ in table)) or [""]
+    order = list(colours)
+    width = max(len([p for m, p in table if m == model]) for model in models) if table else 1
+    fig, axes = plt.subplots(
+        1,
+        len(models),
+        figsize=(max(4.0, 0.55 * width + 1.5) * len(models), 3.8),
+        squeeze=False,
+        sharey=True,
+    )
+    for ax, model in zip(axes[0], models, strict=True):
+        policies = sorted((p for m, p in table if m == model), key=lambda p: order.index(p))
+        x = list(range(len(policies)))
+        bottom = [0.0] * len(policies)
+        answered = [sum(table[(model, p)].get(c, 0.0) for c, _, _ in QC_PARTS) for p in policies]
+        for column, label, colour in QC_PARTS:
+            shares = [
+                100 * table[(model, p)].get(column, 0.0) / a if a else 0.0
+                for p, a in zip(policies, answered, strict=True)
+            ]
+            ax.bar(x, shares, bottom=bottom, label=label, color=colour)
+            bottom = [b + v for b, v in zip(bottom, shares, strict=True)]
+        for k, a in enumerate(answered):
+            ax.annotate(
+                f"n={int(a)}",
+                (k, 100 if a else 0),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                fontsize=7,
+            )
+        ax.set_xticks(x, [names[p] for p in policies], rotation=45, ha="right", fontsize=7)
+        ax.set_ylim(0, 110)
+        ax.set_title(model, fontsize=9)
+    axes[0][0].set_ylabel("share of answered QC rows (%)")
+    fig.suptitle("What models say when they answer under misleading context (QC)", fontsize=10)
+    fig.tight_layout()
+    _legend_below(fig, ncol=3)
+    return fig
+
+
+def lambda_sweep_figure(sweep: pl.DataFrame, lam: float, tau1: float, tau2: float) -> Any:
+    """EvidentialRAG's fusion-rule sweep at the configured thresholds: answer rate at QC and
+    QX (should abstain: lower is safer) and Ans@Q100 against lambda, normalised Dempster as
+    its own tick; one panel per model (datasets averaged), one colour per policy."""
+    chosen = where(sweep, variant="evid").filter(same_float("tau1", tau1), same_float("tau2", tau2))
+    models = in_order("model", chosen["model"]) or [""]
+    colours, names = policy_colours(), policy_names()
+    fig, axes = plt.subplots(
+        1, len(models), figsize=(4.2 * len(models), 3.4), squeeze=False, sharey=True
+    )
+    ticks_named = lambda_ticks(chosen["rule"]) if len(chosen) else list(LAMBDA_TICKS)
+    x = list(range(len(ticks_named)))
+    styles = (("QC", "-o", "HwSA@QC"), ("QX", "--s", "HwSA@QX"), ("Q100", ":^", "Ans@Q100"))
+    default = f"{float(lam):g}"
+    for ax, model in zip(axes[0], models, strict=True):
+        cell = where(chosen, model=model)
+        for policy, colour in colours.items():
+            rows = where(cell, policy=policy)
+            if not len(rows):
+                continue
+            for condition, style, label in styles:
+                rules, means = _means(where(rows, condition=condition), "rule", "answer_rate")
+                means = _floats(
+                    [dict(zip(rules, means, strict=True)).get(r) for r, _ in ticks_named]
+                )
+                if np.isnan(means).all():
+                    continue
+                ax.plot(
+                    x,
+                    100 * means,
+                    style,
+                    color=colour,
+                    label=f"{names[policy]} {label}",
+                )
+        ticks = [rule for rule, _ in ticks_named]
+        if default in ticks:
+            ax.axvline(ticks.index(default), color="0.6", linestyle=":", zorder=0)
+        ax.set_xticks(x, [name for _, name in ticks_named])
+        ax.set_xlabel("fusion rule (lambda; dotted: configured)")
+        ax.set_ylim(-2, 102)
+        ax.set_title(model, fontsize=9)
+    axes[0][0].set_ylabel("rate (%)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(
+            handles, labels, loc="lower center", ncol=3, fontsize=7, bbox_to_anchor=(0.5, -0.12)
+        )
+    fig.suptitle(
+        f"EvidentialRAG lambda sweep (tau1={tau1:g}, tau2={tau2:g}; datasets averaged)",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    return fig
+
+
+# --- the figures, declared once --------------------------------------------------------------
+
+
+class Sources:
+    """What the figures read, each loaded on first use: the figure rule's input files by
+    input name, the cell each per-cell file is about, and the config settings the figure
+    declares (:class:`FigureSpec` ``settings``) by name."""
+
+    def __init__(
+        self,
+        files: Mapping[str, Sequence[str]],
+        cells: Mapping[str, Sequence[Mapping[str, str]]],
+        settings: Mapping[str, Mapping[str, Any]],
+    ) -> None:
+        self.files, self.cells, self.settings = files, cells, settings
+
+    @cached_property
+    def metrics(self) -> pl.DataFrame:
+        return read_metrics(self.files["metrics"])
+
+    def sweeps(self, name: str) -> pl.DataFrame:
+        return read_sweeps(self.files[name], self.cells[name])
+
+    def scored(self) -> dict[tuple[str, str, str], tuple[list[float], list[bool]]]:
+        """(model, dataset, policy) -> pooled (confidence, correct) over the conditions."""
+        gold = {
+            (cell["dataset"], cell["condition"]): {r["qid"]: r["answers"] for r in read_jsonl(p)}
+            for cell, p in zip(self.cells["contexts"], self.files["contexts"], strict=True)
+        }
+        pooled: dict[tuple[str, str, str], tuple[list[float], list[bool]]] = {}
+        for cell, path in zip(self.cells["decisions"], self.files["decisions"], strict=True):
+            dataset, condition = cell["dataset"], cell["condition"]
+            conf, correct = confidence_and_correct(
+                read_jsonl(path), gold[(dataset, condition)], condition
+            )
+            key = (cell["model"], dataset, cell["policy"])
+            pooled.setdefault(key, ([], []))
+            pooled[key][0].extend(conf)
+            pooled[key][1].extend(correct)
+        return pooled
+
+
+def _risk_coverage(sources: Sources) -> Any:
+    return risk_coverage_figure(
+        {key: risk_coverage(*pair) for key, pair in sources.scored().items()}
+    )
+
+
+def _reliability(sources: Sources) -> Any:
+    by_policy: dict[str, tuple[list[float], list[bool]]] = {}
+    for (_, _, policy), (conf, correct) in sources.scored().items():
+        by_policy.setdefault(policy, ([], []))
+        by_policy[policy][0].extend(conf)
+        by_policy[policy][1].extend(correct)
+    return reliability_figure({p: reliability_bins(*pair) for p, pair in by_policy.items()})
+
+
+# What a figure reads besides the metric tables (the rules turn each into files):
+P3_SWEEPS = "p3_sweeps"  # policies/<m>/<d>/P3_sweep.csv
+EVID_SWEEPS = "evid_sweeps"  # evidential/<m>/<d>/sweep.csv
+DECISIONS = "decisions"  # every decision file, with the context rows for their gold answers
+
+# The config settings a figure can draw with (the rules pass each figure only its own):
+P3 = "p3"  # policies.confidence_cutoff and policies.f1_threshold as cutoff and threshold
+FUSION = "fusion"  # evidential.lam, tau1, tau2
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """One figure: its name (``results/figures/<name>.pdf``/``.png``; its caption is in
+    ``workflow/report/figure.rst``), how it is drawn from the :class:`Sources`, what it
+    reads besides the metrics, and when a config produces it. ``averaged``: it reads the
+    metrics averaged over the datasets instead of each dataset's. ``settings``: the config
+    settings it draws with (:data:`P3`, :data:`FUSION`), in ``Sources.settings`` by name; its
+    caption reads the same settings from the config."""
+
+    name: str
+    draw: Callable[[Sources], Any]
+    reads: tuple[str, ...] = ()
+    averaged: bool = False
+    when: Callable[[Features], bool] = lambda features: True
+    settings: tuple[str, ...] = ()
+
+
+FIGURES = (
+    FigureSpec(
+        "abstention_by_condition", lambda s: abstention_by_condition(s.metrics), averaged=True
+    ),
+    FigureSpec("abstention_by_dataset", lambda s: abstention_by_dataset(s.metrics)),
+    FigureSpec(
+        "p3_sweep",
+        lambda s: p3_sweep_figure(
+            s.sweeps(P3_SWEEPS), s.settings[P3]["cutoff"], s.settings[P3]["threshold"]
+        ),
+        (P3_SWEEPS,),
+        settings=(P3,),
+    ),
+    FigureSpec("risk_coverage", _risk_coverage, (DECISIONS,)),
+    FigureSpec("reliability", _reliability, (DECISIONS,)),
+    FigureSpec("qc_breakdown", lambda s: qc_breakdown_figure(s.metrics)),
+    FigureSpec(
+        "lambda_sweep",
+        lambda s: lambda_sweep_figure(
+            s.sweeps(EVID_SWEEPS),
+            s.settings[FUSION]["lam"],
+            s.settings[FUSION]["tau1"],
+            s.settings[FUSION]["tau2"],
+        ),
+        (EVID_SWEEPS,),
+        when=lambda f: f.evidential,
+        settings=(FUSION,),
+    ),
+)
+"""Every figure, in the order a run lists them."""
+
+
+def figure_spec(name: str) -> FigureSpec:
+    by_name = {spec.name: spec for spec in FIGURES}
+    if name not in by_name:
+        raise ValueError(f"unknown figure {name!r}; known: {', '.join(by_name)}")
+    return by_name[name]
+
+
+def figure_names(features: Features) -> list[str]:
+    """The figures a config with these features produces."""
+    return [spec.name for spec in FIGURES if spec.when(features)]
