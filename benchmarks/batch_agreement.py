@@ -28,7 +28,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow"))
 
-from grabrag.scoring.metrics import normalize_answer  # noqa: E402
+from grabrag.core.text import normalize_answer  # noqa: E402
 
 MODEL = "smollm2-135m"
 

@@ -196,7 +196,7 @@ def child(args: argparse.Namespace, batch: int, flash_attn: bool) -> dict:
 
 
 def agreement(result: dict, reference: dict) -> tuple[float, float]:
-    from grabrag.scoring.metrics import normalize_answer
+    from grabrag.core.text import normalize_answer
 
     def key(o: list) -> tuple:
         return (o[3], normalize_answer(o[4] or ""))

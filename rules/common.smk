@@ -3,8 +3,6 @@
 # other rule files read it and define none, so their include order does not matter.
 
 import functools
-import hashlib
-import inspect
 import itertools
 import json
 import re
@@ -15,25 +13,23 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 
 from grabrag.core import registry
 from grabrag.data.assets import manifest_path
-from grabrag.pipeline.codehash import code_hash, normalised_source
+from grabrag.pipeline.codehash import code_hash, module_code_hash
 from grabrag.core.conditions import SEED_COMPARED
 from grabrag.pipeline.config import validate_config
 from grabrag.contexts.paired import CONDITIONS
 from grabrag.core.errors import ConfigError
-from grabrag.report.figures import (
-    DECISIONS,
-    EVID_SWEEPS,
-    FIGURES,
-    FUSION,
-    P3,
-    P3_SWEEPS,
-    figure_names,
-    figure_spec,
-)
+from grabrag.core import outputs
 from grabrag.policies.paper import p3_sweep_grid
 from grabrag.generation.prompts import CLOSED_BOOK_PROMPT, CONTEXT_PROMPTS
-from grabrag.report.tables import table_names
-from grabrag.report.tabular import render_caption
+from grabrag.report.specs import (
+    figure_names,
+    figure_spec,
+    figures,
+    table_names,
+    table_spec,
+    tables,
+)
+from grabrag.report.tabular import render_caption, render_rst
 
 try:
     config.update(validate_config(config))
@@ -107,14 +103,6 @@ CDD_TRACES = any(registry.CDD_TRACES in registry.policy(p).inputs.values() for p
 CDD_BASELINES = [p for p in POLICIES if registry.CDD_CELL in registry.policy(p).inputs.values()]
 
 
-def table_caption(name):
-    """A table's caption, from workflow/report/tables/<name>.rst: the report shows the
-    file, and the Markdown and LaTeX versions of the table carry its text, rendered with
-    this config as the report renders it."""
-    path = Path(workflow.basedir) / "workflow" / "report" / "tables" / f"{name}.rst"
-    return render_caption(path.read_text(encoding="utf-8"), config)
-
-
 # What this config turns on, for the tables and figures it produces (grabrag.report.tables).
 FEATURES = registry.Features(
     conditions=tuple(GENERATION_CONDITIONS),
@@ -125,10 +113,9 @@ FEATURES = registry.Features(
     audited=bool(AUDITED_DATASETS),
     seed_sensitivity=bool(SEED_VARIANTS),
 )
-# The tables this config produces; each caption is workflow/report/tables/<name>.rst.
+# The tables and figures this config produces (grabrag.report.specs).
 TABLE_NAMES = table_names(FEATURES)
 FIGURE_NAMES = figure_names(FEATURES)
-TABLES = {name: table_caption(name) for name in TABLE_NAMES}
 
 
 def p3_sweep_qc_input(wildcards):
@@ -148,7 +135,8 @@ wildcard_constraints:
     model=_alternatives(config["models"]),
     condition=_alternatives(GENERATION_CONDITIONS),
     policy=_alternatives(POLICIES),
-    figure=_alternatives([spec.name for spec in FIGURES]),
+    table=_alternatives(tables()),
+    figure=_alternatives(figures()),
 
 
 def cells(**values):
@@ -222,10 +210,11 @@ def closed_book_cell(wildcards):
 
 
 def metric_policies(dataset):
-    """Policies the metrics of one dataset evaluate. A seed variant (Table 13) keeps the
-    paper's P0-P4 only: Table 13 reports no other, so their LLM passes would be wasted."""
+    """Policies the metrics of one dataset evaluate. A seed variant (Table 13) runs those
+    that need no model pass of their own (P0-P4, and a module's policy that reads their
+    cells): EvidentialRAG's and CDD's passes would be wasted, as Table 13 shows neither."""
     if dataset in SEED_VARIANTS:
-        return [p for p in POLICIES if re.fullmatch(r"P[0-4]", p)]
+        return [p for p in POLICIES if not registry.policy(p).own_pass]
     return dataset_policies(dataset)
 
 
@@ -276,16 +265,6 @@ ALL_CONTEXT_CELLS = cells(dataset=DATASETS, condition=GENERATION_CONDITIONS)
 def audit_ratings(wildcards):
     """The filled QC audit of one dataset (qc.audit_filled)."""
     return config["qc"]["audit_filled"][wildcards.dataset]
-
-
-# What each per-cell input file of the tables rule is about (as `cells`), by input name.
-TABLE_CELLS = {
-    "p3_sweeps": cells(model=MODELS, dataset=DATASETS),
-    "seed_metrics": cells(dataset=list(SEED_VARIANTS)),
-    "swaps": cells(dataset=DATASETS),
-    "closed_book": cells(model=MODELS, dataset=DATASETS),
-    "evid_sweeps": cells(model=MODELS, dataset=EVID_DATASETS),
-}
 
 
 def ner_tokenizer_asset():
@@ -369,14 +348,11 @@ def policy_inputs(wildcards):
     return {key: POLICY_SOURCES[source](wildcards, key) for key, source in sources.items()}
 
 
-def policy_module_code(wildcards):
-    """The code of the file that declares a policy from `policies.modules`, as a param
-    (normalised as script_code's): editing a module policy reruns its jobs. A built-in
-    policy is covered by the policy script's own code param."""
-    source = Path(inspect.getfile(registry.policy(wildcards.policy).decide)).resolve()
-    if source.is_relative_to(LIBRARY_DIR.resolve()):
-        return ""
-    return hashlib.sha256(normalised_source(source).encode()).hexdigest()[:16]
+def policy_code(wildcards):
+    """The code of the module whose function decides a policy (its closure in the library,
+    or a config module's file and its helpers), as a param: editing P3's code reruns P3's
+    jobs and what reads them, not P0's."""
+    return extension_code(registry.policy(wildcards.policy).code_file())
 
 
 def policy_settings(wildcards):
@@ -478,6 +454,13 @@ def script_code(script):
     return code_hash(SCRIPTS_DIR / script, LIBRARY_DIR)
 
 
+@functools.cache
+def extension_code(path):
+    """The hash of one module's code: a library module with its closure in the library, a
+    config module (``modules``) with the helper modules it imports from its own folder."""
+    return module_code_hash(Path(path), LIBRARY_DIR)
+
+
 def check_rules():
     """Every script-running rule passes `code=script_code(<its script>)`, and every GPU
     rule writes a benchmark; one added or copied without them is an error at once, not a
@@ -495,49 +478,98 @@ def check_rules():
             raise WorkflowError(f"{each.name} uses a GPU, so it needs a benchmark file")
 
 
-def figure_cells(wildcards):
-    """What each per-cell input file of a figure is about (as `cells`), by input name."""
-    reads = figure_spec(wildcards.figure).reads
-    cells_by_input = {}
-    if P3_SWEEPS in reads:
-        cells_by_input[P3_SWEEPS] = cells(model=MODELS, dataset=DATASETS)
-    if EVID_SWEEPS in reads:
-        cells_by_input[EVID_SWEEPS] = cells(model=MODELS, dataset=EVID_DATASETS)
-    if DECISIONS in reads:
-        cells_by_input.update(decisions=ALL_DECISION_CELLS, contexts=ALL_CONTEXT_CELLS)
-    return cells_by_input
+# --- tables and figures (rules/report.smk) ---------------------------------------------
+# Each reads output kinds declared in grabrag.core.outputs; their files follow from the
+# declaration and this config, so no rule lists a table's or figure's inputs.
+
+# The datasets each dataset scope of an output kind stands for in this config.
+DATASET_SCOPES = {
+    outputs.ALL: DATASETS,
+    outputs.EVIDENTIAL: EVID_DATASETS,
+    outputs.CDD: CDD_DATASETS,
+    outputs.CDD_TRACES: CDD_DATASETS if CDD_TRACES else [],
+    outputs.CDD_DIAGNOSTICS: CDD_DATASETS if FEATURES.cdd_diagnostics else [],
+    outputs.AUDITED: AUDITED_DATASETS,
+    outputs.SEED_VARIANTS: list(SEED_VARIANTS),
+}
 
 
-def figure_settings(wildcards):
-    """The config settings a figure draws with (grabrag.report.figures.FIGURES' ``settings``),
-    only those, so editing one reruns the figures that show it and no other."""
-    available = {
-        FUSION: fusion_settings,
-        P3: lambda: {
-            "cutoff": config["policies"]["confidence_cutoff"],
-            "threshold": config["policies"]["f1_threshold"],
-        },
+def output_cells(name):
+    """Every cell of output kind `name` this config produces, its axes in their order:
+    the config's models, the datasets of its scope, the generation conditions, the
+    policies that run on the cell's dataset, the context prompts."""
+    spec = outputs.output(name)
+    values = {
+        "model": lambda cell: MODELS,
+        "dataset": lambda cell: DATASET_SCOPES[spec.datasets],
+        "condition": lambda cell: GENERATION_CONDITIONS,
+        "policy": lambda cell: metric_policies(cell["dataset"]),
+        "prompt": lambda cell: list(CONTEXT_PROMPTS),
     }
-    return {name: available[name]() for name in figure_spec(wildcards.figure).settings}
+    found = [{}]
+    for axis in spec.axes:
+        found = [{**cell, axis: value} for cell in found for value in values[axis](cell)]
+    return found
 
 
-def figure_inputs(wildcards):
-    """A figure's metric tables (averaged over the datasets or each dataset's) and the
-    per-cell files it reads besides (grabrag.report.figures.FIGURES)."""
-    if figure_spec(wildcards.figure).averaged:
-        # Figure 2 averages the datasets, with CIs from the metrics' resamples.
-        inputs = {"metrics": ["results/metrics/abstention_over_datasets.csv"]}
-    else:
-        inputs = {"metrics": expand("results/metrics/{dataset}.csv", dataset=DATASETS)}
-    patterns = {
-        P3_SWEEPS: "results/policies/{model}/{dataset}/P3_sweep.csv",
-        EVID_SWEEPS: "results/evidential/{model}/{dataset}/sweep.csv",
-        "decisions": DECISION_FILE,
-        "contexts": CONTEXT_FILE,
-    }
-    for name, keys in figure_cells(wildcards).items():
-        inputs[name] = files(patterns[name], keys)
-    return inputs
+def output_files(name, keys):
+    """The files of output kind `name` for the cells `keys`; a kind without a pattern is
+    a file the config names per dataset (the filled QC audit)."""
+    pattern = outputs.output(name).pattern
+    if pattern is None:
+        return [config["qc"]["audit_filled"][key["dataset"]] for key in keys]
+    return files(pattern, keys)
+
+
+def report_item(wildcards):
+    """The table or figure spec of one job (grabrag.report.specs)."""
+    if "table" in wildcards.keys():
+        return table_spec(wildcards.table)
+    return figure_spec(wildcards.figure)
+
+
+def report_inputs(wildcards):
+    """The files of each output kind a table or figure reads, by kind."""
+    return {name: output_files(name, output_cells(name)) for name in report_item(wildcards).reads}
+
+
+def report_cells(wildcards):
+    """The cell each input file of a table or figure is about, by output kind."""
+    return {name: output_cells(name) for name in report_item(wildcards).reads}
+
+
+def report_settings(wildcards):
+    """The config settings a table or figure declares (grabrag.report.specs.SETTINGS),
+    only those, so editing one reruns the outputs that show it and no other."""
+    return stable(report_item(wildcards).config_settings(config))
+
+
+def report_code(wildcards):
+    """The code of the module that declares a table or figure (its closure in the library,
+    or a config module's file and its helpers), as a param: editing it reruns the outputs
+    that module declares, and no other."""
+    return extension_code(report_item(wildcards).code_file())
+
+
+@functools.cache
+def caption_template(kind, name):
+    """A table's or figure's caption file: workflow/report/<kind>/<name>.rst, or the file a
+    module's spec names."""
+    spec = table_spec(name) if kind == "tables" else figure_spec(name)
+    path = Path(
+        spec.caption or Path(workflow.basedir) / "workflow" / "report" / kind / f"{name}.rst"
+    )
+    return path.read_text(encoding="utf-8")
+
+
+def report_caption(kind):
+    """Input function: the caption the report shows, rendered with this config."""
+    return lambda wildcards: render_rst(caption_template(kind, wildcards[kind[:-1]]), config)
+
+
+def table_caption(wildcards):
+    """A table's caption on one line, as its Markdown and LaTeX files carry it."""
+    return render_caption(caption_template("tables", wildcards.table), config)
 
 
 def tokenizer_asset():
@@ -565,6 +597,6 @@ def all_targets():
             targets += policy_files(model, dataset)
             targets += evidential_files(model, dataset)
             targets += cdd_files(model, dataset)
-    targets += [f"results/tables/{name}.csv" for name in TABLES]
+    targets += [f"results/tables/{name}.csv" for name in TABLE_NAMES]
     targets += [f"results/figures/{figure}.pdf" for figure in FIGURE_NAMES]
     return targets

@@ -40,7 +40,7 @@ rule policy:
         GRABRAG_ENV
     params:
         settings=policy_settings,
-        module_code=policy_module_code,
+        policy_code=policy_code,
         code=script_code("policy.py"),
     script:
         "../workflow/scripts/policy.py"

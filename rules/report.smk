@@ -1,5 +1,6 @@
 # Stage 7-8: metrics with paired bootstrap CIs, the paper's tables and figures.
-# Editing `bootstrap:` reruns metrics, tables and figures only; plotting code, figures only.
+# Each table and figure is a job of its own that reads the output kinds its spec declares
+# (grabrag.report.specs); editing its module's code or its settings reruns it alone.
 
 
 rule audit_hwsa:
@@ -60,88 +61,39 @@ rule abstention_over_datasets:
         "../workflow/scripts/abstention_over_datasets.py"
 
 
-rule tables:
+rule table:
     input:
-        metrics=expand("results/metrics/{dataset}.csv", dataset=DATASETS),
-        p3_sweeps=files("results/policies/{model}/{dataset}/P3_sweep.csv", TABLE_CELLS["p3_sweeps"]),
-        reports=expand(
-            "results/generation/{model}/{dataset}/report.json",
-            model=MODELS,
-            dataset=DATASETS,
-        ),
-        seed_metrics=files("results/metrics/{dataset}.csv", TABLE_CELLS["seed_metrics"]),
-        audits=expand("results/qc/{dataset}/audit_hwsa.csv", dataset=AUDITED_DATASETS),
-        audit_ratings=[config["qc"]["audit_filled"][d] for d in AUDITED_DATASETS],
-        swaps=files("results/qc/{dataset}/swaps.jsonl", TABLE_CELLS["swaps"]),
-        closed_book=files(
-            f"results/generation/{{model}}/{{dataset}}/Qclosed/{CLOSED_BOOK_PROMPT}.jsonl",
-            TABLE_CELLS["closed_book"],
-        ),
-        evid_sweeps=files(
-            "results/evidential/{model}/{dataset}/sweep.csv", TABLE_CELLS["evid_sweeps"]
-        ),
-        evid_efficiency=expand(
-            "results/evidential/{model}/{dataset}/efficiency.json",
-            model=MODELS,
-            dataset=EVID_DATASETS,
-        ),
-        evid_evaluate_reports=expand(
-            "results/evidential/{model}/{dataset}/{condition}/evaluate_report.json",
-            model=MODELS,
-            dataset=EVID_DATASETS,
-            condition=GENERATION_CONDITIONS,
-        ),
-        cdd_diagnostics=expand(
-            "results/cdd/{model}/{dataset}/diagnostics.csv",
-            model=MODELS,
-            dataset=CDD_DATASETS,
-        ),
+        unpack(report_inputs),
     output:
-        **{
-            name: report(
-                f"results/tables/{name}.csv",
-                caption=f"../workflow/report/tables/{name}.rst",
-                category="Tables",
-                labels={"table": name},
-            )
-            for name in TABLES
-        },
-        other=[
-            f"results/tables/{name}.{suffix}"
-            for name in TABLES
-            for suffix in ("md", "tex", "tidy.csv")
-        ],
+        csv=report(
+            "results/tables/{table}.csv",
+            caption="../workflow/report/table.rst",
+            category="Tables",
+            labels={"table": "{table}"},
+        ),
+        md="results/tables/{table}.md",
+        tex="results/tables/{table}.tex",
+        tidy="results/tables/{table}.tidy.csv",
     log:
-        "results/logs/tables.log",
+        "results/logs/table/{table}.log",
     conda:
         GRABRAG_ENV
     params:
-        captions=TABLES,
-        cells=TABLE_CELLS,
-        seed_sensitivity=stable(
-            {name: {**spec, "base_seed": config["seed"]} for name, spec in SEED_VARIANTS.items()}
-        ),
-        fusion=fusion_settings(),
+        cells=report_cells,
+        settings=report_settings,
+        caption=table_caption,
+        report_caption=report_caption("tables"),
         order=LISTED_ORDER,
         decoding={model: config["models"][model]["batch"] for model in MODELS},
-        paper_outputs=stable(
-            {
-                "ner_backend": config["ner"]["backend"],
-                "audited": AUDITED_DATASETS,
-                "confidence_cutoff": config["policies"]["confidence_cutoff"],
-                "f1_threshold": config["policies"]["f1_threshold"],
-                "bootstrap": config["bootstrap"],
-                "seed": config["seed"],
-            }
-        ),
-        code=script_code("tables.py"),
+        module_code=report_code,
+        code=script_code("table.py"),
     script:
-        "../workflow/scripts/tables.py"
+        "../workflow/scripts/table.py"
 
 
 rule figure:
     input:
-        unpack(figure_inputs),
+        unpack(report_inputs),
     output:
         pdf="results/figures/{figure}.pdf",
         png=report(
@@ -155,9 +107,11 @@ rule figure:
     conda:
         GRABRAG_ENV
     params:
-        settings=figure_settings,
+        cells=report_cells,
+        settings=report_settings,
+        report_caption=report_caption("figures"),
         order=LISTED_ORDER,
+        module_code=report_code,
         code=script_code("figure.py"),
-        cells=figure_cells,
     script:
         "../workflow/scripts/figure.py"

@@ -114,7 +114,8 @@ LOCK_FILE = Path(tempfile.gettempdir()) / "grabrag-test-micro-model.lock"
 
 
 def _build_micro_model() -> Path:
-    from grabrag.data.assets import manifest_path, materialise, resolve, sha256_file
+    from grabrag.data.asset_checks import sha256_file
+    from grabrag.data.assets import manifest_path, materialise, resolve
 
     spec = yaml.safe_load(TINY.read_text())["assets"][MICRO_ASSET]
     target = Path(spec["path"]).expanduser()

@@ -108,7 +108,8 @@ def build_upstream(root: Path, resources: Path, specs: dict[str, dict]) -> dict[
     """Put a stand-in for every hub asset in ``specs`` under ``root/<repository>``; returns
     the sha256 of each stand-in GGUF by asset name. A hub repository without a stand-in
     here is an error, so a new shipped asset cannot go unrehearsed."""
-    from grabrag.data.assets import resolve, sha256_file
+    from grabrag.data.asset_checks import sha256_file
+    from grabrag.data.assets import resolve
 
     from .test_nli import USUAL_ORDER, _save_classifier, _tokenizer
 

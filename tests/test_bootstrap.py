@@ -18,7 +18,7 @@ from grabrag.scoring.bootstrap import (
     resample_counts,
     resample_indices,
 )
-from grabrag.scoring.metrics import aurc, aurc_from_levels, confidence_levels
+from grabrag.scoring.calibration import aurc, aurc_from_levels, confidence_levels
 
 B = N_RESAMPLES  # 10,000 as in the paper
 

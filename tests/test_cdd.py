@@ -12,15 +12,35 @@ from typing import Any
 import numpy as np
 import pytest
 
-from grabrag.cdd import method as cdd
-from grabrag.cdd.method import (
-    ABLATED,
+from grabrag.cdd import baselines as cdd_baselines
+from grabrag.cdd import gate as cdd_gate
+from grabrag.cdd import prompts as cdd_prompts
+from grabrag.cdd import schema as cdd_schema
+from grabrag.cdd import trace_diagnostics as cdd_trace
+from grabrag.cdd.baselines import (
     BASELINE_PROMPTS,
+    baseline_messages,
+    length_matched,
+    within_length,
+    word_count,
+)
+from grabrag.cdd.gate import (
+    GATE_THRESHOLD,
+    cdd_alpha_decision,
+    cdd_alpha_row,
+    gate_route,
+    gate_score,
+)
+from grabrag.cdd.method import run_cdd
+from grabrag.cdd.parsing import parametric_from_closed_book, parse_step, premise_found
+from grabrag.cdd.prompts import STEP_INSTRUCTIONS, resolution_messages, step_messages
+from grabrag.cdd.schema import (
+    ABLATED,
     CONTEXTUAL,
     DIVERGENCE,
     FAILED,
     GATE_BYPASS,
-    GATE_THRESHOLD,
+    NO_PAIR,
     NOT_DIVERGENT,
     OK,
     PARAMETRIC,
@@ -31,30 +51,21 @@ from grabrag.cdd.method import (
     RESOLVED,
     SKIPPED,
     STEP_GRAMMARS,
-    STEP_INSTRUCTIONS,
     STEPS,
     TRUNCATED,
-    baseline_messages,
+)
+from grabrag.cdd.trace_diagnostics import (
+    OTHER_TYPES,
+    PAPER_TYPES,
     causal_sensitivity,
-    cdd_alpha_decision,
-    cdd_alpha_row,
-    gate_score,
     inject_mistake,
-    length_matched,
-    parametric_from_closed_book,
-    parse_step,
     perturbation_type,
-    premise_found,
     rerun_resolution,
-    resolution_messages,
-    run_cdd,
     sensitivity_bootstrap,
     source_control,
-    step_messages,
     truncate_trace,
-    within_length,
-    word_count,
 )
+from grabrag.core.text import normalize_answer
 from grabrag.generation.generator import parse_output
 from grabrag.generation.prompts import (
     GBNF_GRAMMAR,
@@ -63,7 +74,7 @@ from grabrag.generation.prompts import (
     SYSTEM_CONTEXT,
     context_user_prompt,
 )
-from grabrag.report.tables import CDD_TYPES
+from grabrag.report.cdd_tables import CDD_TYPES
 
 QUESTION = "Where is the Eiffel Tower?"
 CONTEXT = (
@@ -556,8 +567,8 @@ def test_gate_score() -> None:
     assert gate_score("New York City", "New York") == pytest.approx(0.2)
     # exactly on the threshold (F1 = 0.5) is high conflict; just below is not
     assert gate_score("red car", "red bus") == pytest.approx(0.5)
-    assert cdd.high_conflict(gate_score("red car", "red bus"))
-    assert not cdd.high_conflict(gate_score("red big car", "red big bus"))  # F1 2/3
+    assert cdd_gate.high_conflict(gate_score("red car", "red bus"))
+    assert not cdd_gate.high_conflict(gate_score("red big car", "red big bus"))  # F1 2/3
     assert GATE_THRESHOLD == 0.5
 
 
@@ -616,7 +627,7 @@ OXFORD, CAMBRIDGE = "University of Oxford", "University of Cambridge"
 def _judgement(contradict: bool | None, status: str = OK) -> dict[str, Any]:
     """A stored gate judgement (run_gate's entry), as data."""
     return {
-        "step": cdd.GATE,
+        "step": cdd_schema.GATE,
         "status": status,
         "origin": "generated",
         "fields": {"contradict": contradict},
@@ -626,30 +637,30 @@ def _judgement(contradict: bool | None, status: str = OK) -> dict[str, Any]:
 def test_the_model_gate_judges_token_sharing_swaps() -> None:
     # the lexical score lets a swap that shares tokens through: F1 2/3, score 1/3 < 0.5
     assert gate_score(OXFORD, CAMBRIDGE) == pytest.approx(1 / 3)
-    assert cdd.gate_route(OXFORD, CAMBRIDGE) == (False, cdd.BASIS_LEXICAL)
+    assert gate_route(OXFORD, CAMBRIDGE) == (False, cdd_gate.BASIS_LEXICAL)
     # the model gate asks for a judgement of that pair and follows it
-    assert cdd.gate_needs_judgement(OXFORD, CAMBRIDGE)
+    assert cdd_gate.gate_needs_judgement(OXFORD, CAMBRIDGE)
     yes, no = _judgement(True), _judgement(False)
-    assert cdd.gate_route(OXFORD, CAMBRIDGE, "model", judgement=yes) == (True, "judgement")
-    assert cdd.gate_route(OXFORD, CAMBRIDGE, "model", judgement=no) == (False, "judgement")
+    assert gate_route(OXFORD, CAMBRIDGE, "model", judgement=yes) == (True, "judgement")
+    assert gate_route(OXFORD, CAMBRIDGE, "model", judgement=no) == (False, "judgement")
     # a judgement overrides a high lexical score too (different wording of one fact)
-    assert cdd.gate_route("JFK", "John F. Kennedy", "model", judgement=no) == (False, "judgement")
+    assert gate_route("JFK", "John F. Kennedy", "model", judgement=no) == (False, "judgement")
     # pairs that cannot contradict are decided without a judgement
     for a, b in (("Paris", ""), ("", "Paris"), ("Paris", "paris."), ("the Paris", "Paris")):
-        assert not cdd.gate_needs_judgement(a, b)
-        assert cdd.gate_route(a, b, "model") == (False, cdd.BASIS_NO_PAIR)
+        assert not cdd_gate.gate_needs_judgement(a, b)
+        assert gate_route(a, b, "model") == (False, cdd_gate.BASIS_NO_PAIR)
     # an unparseable judgement falls back to the lexical rule
     failed = _judgement(None, FAILED)
-    assert cdd.gate_route("Paris", "Lyon", "model", judgement=failed) == (True, "lexical_fallback")
-    assert cdd.gate_route(OXFORD, CAMBRIDGE, "model", judgement=failed)[0] is False
+    assert gate_route("Paris", "Lyon", "model", judgement=failed) == (True, "lexical_fallback")
+    assert gate_route(OXFORD, CAMBRIDGE, "model", judgement=failed)[0] is False
     # a pair that needs a judgement but has none: the traces were made without the gate
     with pytest.raises(ValueError, match="judgement"):
-        cdd.gate_route(OXFORD, CAMBRIDGE, "model")
-    skipped = {"step": cdd.GATE, "status": SKIPPED, "fields": {}}
+        gate_route(OXFORD, CAMBRIDGE, "model")
+    skipped = {"step": cdd_schema.GATE, "status": SKIPPED, "fields": {}}
     with pytest.raises(ValueError, match="judgement"):
-        cdd.gate_route(OXFORD, CAMBRIDGE, "model", judgement=skipped)
+        gate_route(OXFORD, CAMBRIDGE, "model", judgement=skipped)
     with pytest.raises(ValueError, match="unknown gate"):
-        cdd.gate_route("a", "b", "nli")
+        gate_route("a", "b", "nli")
 
 
 def test_run_gate_asks_one_grammar_constrained_question() -> None:
@@ -663,25 +674,25 @@ def test_run_gate_asks_one_grammar_constrained_question() -> None:
         CONTEXTUAL: {"fields": {"answer": OXFORD}},
         PARAMETRIC: {"fields": {"answer": CAMBRIDGE}},
     }
-    entry = cdd.run_gate(complete, QUESTION, trace)
+    entry = cdd_gate.run_gate(complete, QUESTION, trace)
     assert (entry["status"], entry["fields"], entry["prompt_tokens"]) == (
         OK,
         {"contradict": True},
         40,
     )
     ((messages, grammar),) = calls
-    assert grammar == cdd.GATE_GRAMMAR
-    assert messages[0] == {"role": "system", "content": cdd.CDD_SYSTEM}
+    assert grammar == cdd_schema.GATE_GRAMMAR
+    assert messages[0] == {"role": "system", "content": cdd_prompts.CDD_SYSTEM}
     user = messages[1]["content"]
     assert f'"{OXFORD}"' in user and f'"{CAMBRIDGE}"' in user and QUESTION in user
     assert CONTEXT not in user  # the judgement is about the two answers alone
-    pattern = grammar_regex(cdd.GATE_GRAMMAR)
+    pattern = grammar_regex(cdd_schema.GATE_GRAMMAR)
     assert pattern.fullmatch('{"contradict": false}') and not pattern.fullmatch('{"contradict": 1}')
-    assert parse_step(cdd.GATE, '{"contradict": tr', "length").fields == {"contradict": None}
+    assert parse_step(cdd_schema.GATE, '{"contradict": tr', "length").fields == {"contradict": None}
     # no pair to judge: no call, a skipped entry
     empty = {CONTEXTUAL: {"fields": {"answer": ""}}, PARAMETRIC: {"fields": {"answer": "Paris"}}}
-    skipped = cdd.run_gate(complete, QUESTION, empty)
-    assert (skipped["status"], skipped["skip_reason"], len(calls)) == (SKIPPED, cdd.NO_PAIR, 1)
+    skipped = cdd_gate.run_gate(complete, QUESTION, empty)
+    assert (skipped["status"], skipped["skip_reason"], len(calls)) == (SKIPPED, NO_PAIR, 1)
 
 
 # --- baselines ---------------------------------------------------------------------------
@@ -692,30 +703,30 @@ def test_baseline_messages_are_on_equal_footing_with_cdd(name: str) -> None:
     messages = baseline_messages(name, QUESTION, CONTEXT)
     # CDD's own system message, not GRAB-RAG's "use ONLY the provided context"
     cdd_step = step_messages(CONTEXTUAL, QUESTION, CONTEXT)
-    assert messages[0] == cdd_step[0] == {"role": "system", "content": cdd.CDD_SYSTEM}
+    assert messages[0] == cdd_step[0] == {"role": "system", "content": cdd_prompts.CDD_SYSTEM}
     assert messages[0]["content"] != SYSTEM_CONTEXT and "ONLY" not in messages[0]["content"]
     user = messages[1]["content"]
     assert BASELINE_PROMPTS[name] in user and CONTEXT in user and QUESTION in user
     reasoning_first = name in ("REFLECT", "FILTER")
-    response_format = cdd.REASONING_FIRST_FORMAT if reasoning_first else RESPONSE_FORMAT
+    response_format = cdd_baselines.REASONING_FIRST_FORMAT if reasoning_first else RESPONSE_FORMAT
     assert user.endswith(response_format)
     # GRAB-RAG's P1 prompt, the policy instruction swapped for the baseline's
     p1 = context_user_prompt(CONTEXT, QUESTION, "P1")
     expected = p1.replace(POLICY_INSTRUCTIONS["P1"], BASELINE_PROMPTS[name])
     assert user == expected.replace(RESPONSE_FORMAT, response_format)
     assert POLICY_INSTRUCTIONS["P1"] in BASELINE_PROMPTS[name]  # each keeps P1's clause
-    grammar = cdd.baseline_grammar(name)
-    assert cdd.grammar_for_messages(messages) == grammar
-    assert grammar == (cdd.REASONING_FIRST_GRAMMAR if reasoning_first else GBNF_GRAMMAR)
-    assert cdd.BASELINE_GRAMMAR == GBNF_GRAMMAR
+    grammar = cdd_baselines.baseline_grammar(name)
+    assert cdd_baselines.grammar_for_messages(messages) == grammar
+    assert grammar == (cdd_schema.REASONING_FIRST_GRAMMAR if reasoning_first else GBNF_GRAMMAR)
+    assert cdd_schema.BASELINE_GRAMMAR == GBNF_GRAMMAR
     ok = '{"decision": "abstain", "answer": "", "confidence": 10, "reasoning": "conflict"}'
     assert parse_output(ok, "stop").status == "ok"
 
 
 def test_reflect_and_filter_reason_before_they_commit() -> None:
-    pattern = grammar_regex(cdd.REASONING_FIRST_GRAMMAR)
-    lines = cdd.REASONING_FIRST_GRAMMAR.strip().splitlines()
-    assert len(lines) == cdd.REASONING_FIRST_GRAMMAR.count("::=")
+    pattern = grammar_regex(cdd_schema.REASONING_FIRST_GRAMMAR)
+    lines = cdd_schema.REASONING_FIRST_GRAMMAR.strip().splitlines()
+    assert len(lines) == cdd_schema.REASONING_FIRST_GRAMMAR.count("::=")
     # reasoning first, then GRAB-RAG's three decision fields
     first = '{"reasoning": "The passage says Lyon; the tower is in Paris.", '
     raw = first + '"decision": "answer", "answer": "Paris", "confidence": 80}'
@@ -733,8 +744,8 @@ def test_reflect_and_filter_reason_before_they_commit() -> None:
     )
     assert parsed.reasoning.startswith("The passage says Lyon")
     shared = set(GBNF_GRAMMAR.splitlines()[1:])
-    assert set(cdd.REASONING_FIRST_GRAMMAR.splitlines()[1:]) == shared
-    fmt = cdd.REASONING_FIRST_FORMAT
+    assert set(cdd_schema.REASONING_FIRST_GRAMMAR.splitlines()[1:]) == shared
+    fmt = cdd_baselines.REASONING_FIRST_FORMAT
     assert fmt.index('"reasoning"') < fmt.index('"decision"') < fmt.index('"confidence"')
     for name in ("REFLECT", "FILTER"):
         assert "before the decision" in BASELINE_PROMPTS[name]
@@ -757,12 +768,12 @@ def test_a_cut_confidence_of_a_reasoning_first_baseline_is_not_trusted() -> None
                 "raw": raw,
             }
         )
-    cut, closed = cdd_runs.baseline_decisions(rows, "REFLECT")
+    cut, closed = cdd_decide.baseline_decisions(rows, "REFLECT")
     assert (cut["rule"], cut["decision"], cut["confidence"]) == ("parse_failed", None, None)
     assert (closed["rule"], closed["confidence"]) == ("generated", 85)
     # answer-first baselines end with the reasoning: their repair is GRAB-RAG's
     cai = [{**rows[0], "prompt": "CAI"}]
-    assert cdd_runs.baseline_decisions(cai, "CAI")[0]["rule"] == "generated"
+    assert cdd_decide.baseline_decisions(cai, "CAI")[0]["rule"] == "generated"
 
 
 def test_conflict_aware_baseline_answers_from_knowledge_on_a_contradiction() -> None:
@@ -781,7 +792,7 @@ def test_unknown_baseline() -> None:
 def test_sham_is_length_matched_and_content_free() -> None:
     sham = BASELINE_PROMPTS["SHAM"]
     target = word_count(" ".join(STEP_INSTRUCTIONS[s] for s in STEPS))
-    assert target == cdd.CDD_INSTRUCTION_WORDS
+    assert target == cdd_baselines.CDD_INSTRUCTION_WORDS
     assert abs(word_count(sham) - target) <= 0.1 * target
     assert within_length(sham)
     banned = ["conflict", "knowledge", "premise", "diverge", "contradict", "reliab"]
@@ -888,11 +899,11 @@ def test_the_injected_mistake_never_contradicts_the_trace(
 
 
 def test_the_injected_mistake_is_consistent_for_every_pair_of_answers() -> None:
-    norm = cdd.normalize_answer
+    norm = normalize_answer
     for contextual in ("", "Lyon", "Paris"):
         for parametric in ("", "Lyon", "Paris"):
             for wrong in ("Lyon", "Paris", "Atlantis"):
-                text = cdd.mistake_explanation(contextual, parametric, wrong)
+                text = cdd_trace.mistake_explanation(contextual, parametric, wrong)
                 for label, answer in (("contextual", contextual), ("parametric", parametric)):
                     mistaken = f"The {label} answer is mistaken" in text or (
                         f"and the {label} answer is mistaken" in text
@@ -905,7 +916,7 @@ def test_the_injected_mistake_is_consistent_for_every_pair_of_answers() -> None:
                     assert contextual and parametric, text
                 if text.startswith("Both answers are mistaken"):
                     assert norm(wrong) not in (norm(contextual), norm(parametric)), text
-                assert len(text) <= len(cdd.longest_mistake_explanation(wrong))
+                assert len(text) <= len(cdd_trace.longest_mistake_explanation(wrong))
 
 
 def test_causal_sensitivity() -> None:
@@ -952,8 +963,8 @@ def test_source_control() -> None:
     # exact match, not F1: a sub-entity swap shares tokens but is a different source
     assert source_control("University of Oxford", "University of Cambridge", "Oxford") == "neither"
     row = run_cdd(ScriptedCompleter(SCRIPT), Resets(), QUESTION, CONTEXT, CB_ROW)
-    assert cdd.row_source_control(row) == "parametric"
-    assert cdd.row_source_control({**row, "decision": "abstain"}) == "neither"
+    assert cdd_trace.row_source_control(row) == "parametric"
+    assert cdd_trace.row_source_control({**row, "decision": "abstain"}) == "neither"
 
 
 @pytest.mark.parametrize(
@@ -977,11 +988,11 @@ def test_perturbation_type(condition: str, tier: Any, expected: str) -> None:
 
 
 def test_the_macro_averages_only_the_papers_types() -> None:
-    assert cdd.PAPER_TYPES == ("entity_swap", "temporal_shift", "distractor")
-    assert cdd_runs.ADVERSARIAL_TYPES == cdd.PAPER_TYPES
-    assert set(cdd.OTHER_TYPES) == {"numeric", "inter_context", "no_answer"}
-    assert set(cdd_runs.PERTURBATION_TYPES) == {"clean", *cdd.PAPER_TYPES, *cdd.OTHER_TYPES}
-    assert CDD_TYPES == cdd_runs.PERTURBATION_TYPES
+    assert PAPER_TYPES == ("entity_swap", "temporal_shift", "distractor")
+    assert cdd_diag.ADVERSARIAL_TYPES == PAPER_TYPES
+    assert set(OTHER_TYPES) == {"numeric", "inter_context", "no_answer"}
+    assert set(cdd_diag.PERTURBATION_TYPES) == {"clean", *PAPER_TYPES, *OTHER_TYPES}
+    assert CDD_TYPES == cdd_diag.PERTURBATION_TYPES
 
 
 def test_perturbation_type_rejects_unknown_inputs() -> None:
@@ -995,6 +1006,8 @@ def test_perturbation_type_rejects_unknown_inputs() -> None:
 
 # === the workflow layer (grabrag.cdd.runs) =================================================
 
+from grabrag.cdd import decisions as cdd_decide  # noqa: E402
+from grabrag.cdd import diagnostics as cdd_diag  # noqa: E402
 from grabrag.cdd import runs as cdd_runs  # noqa: E402
 from grabrag.core.errors import DataError  # noqa: E402
 from grabrag.generation.generator import run_cells  # noqa: E402
@@ -1028,9 +1041,9 @@ class StepCompleter:
 
     def __call__(self, messages: list[dict[str, str]], *, grammar: str) -> dict[str, Any]:
         user = messages[-1]["content"]
-        if cdd.GATE_INSTRUCTION in user:
-            assert grammar == cdd.GATE_GRAMMAR
-            (step,) = [cdd.GATE]
+        if cdd_gate.GATE_INSTRUCTION in user:
+            assert grammar == cdd_schema.GATE_GRAMMAR
+            (step,) = [cdd_schema.GATE]
         else:
             (step,) = [s for s in STEPS if STEP_INSTRUCTIONS[s] in user]
         self.calls.append(step)
@@ -1127,19 +1140,19 @@ def test_cdd_question_without_diagnostics_and_with_in_context_prior() -> None:
 
 
 def test_cdd_question_runs_the_model_gate_last_and_stores_it() -> None:
-    complete = StepCompleter({**SCRIPT, cdd.GATE: obj(contradict=True)})
+    complete = StepCompleter({**SCRIPT, cdd_schema.GATE: obj(contradict=True)})
     row = cdd_runs.cdd_question(complete, Resets(), CONTEXT_ROW, CB_ROW, gate="model")
     # the nine calls of the lexical run, then the judgement: Lyon (step 1) vs Paris (CB)
-    assert complete.calls[-1] == cdd.GATE and complete.calls.count(cdd.GATE) == 1
+    assert complete.calls[-1] == cdd_schema.GATE and complete.calls.count(cdd_schema.GATE) == 1
     assert (row["llm_calls"], row["reused_calls"], row["gate"]) == (10, 3, "model")
     assert row["gate_judgement"]["fields"] == {"contradict": True}
     lexical = cdd_runs.cdd_question(StepCompleter(), Resets(), CONTEXT_ROW, CB_ROW)
     assert "gate_judgement" not in lexical and lexical["gate"] == "lexical"
     # an empty step-1 answer (Q0): nothing to judge, no call
-    q0 = {**SCRIPT, CONTEXTUAL: obj(answer="", confidence=0), cdd.GATE: "unused"}
+    q0 = {**SCRIPT, CONTEXTUAL: obj(answer="", confidence=0), cdd_schema.GATE: "unused"}
     complete = StepCompleter(q0)
     row = cdd_runs.cdd_question(complete, Resets(), CONTEXT_ROW, CB_ROW, gate="model")
-    assert cdd.GATE not in complete.calls and row["gate_judgement"]["status"] == SKIPPED
+    assert cdd_schema.GATE not in complete.calls and row["gate_judgement"]["status"] == SKIPPED
     with pytest.raises(ValueError, match="unknown gate"):
         cdd_runs.cdd_question(complete, Resets(), CONTEXT_ROW, CB_ROW, gate="nli")
 
@@ -1233,7 +1246,7 @@ def test_preflight_calls_bound_the_longest_step_five_prompt() -> None:
     assert "q0" in label and STEP_INSTRUCTIONS[RESOLUTION] in messages[-1]["content"]
     user = messages[-1]["content"]
     assert user.count("word") >= 3 * 64  # contextual answer, explanation, premise
-    assert cdd.longest_mistake_explanation("a very long closed book answer " * 10) in user
+    assert cdd_trace.longest_mistake_explanation("a very long closed book answer " * 10) in user
     real = cdd_runs.cdd_question(StepCompleter(), Resets(), _rows(1)[0], long_cb)
     longest_real = max(
         len(json.dumps(step_messages(RESOLUTION, QUESTION, CONTEXT, real["trace"]))) for _ in (0,)
@@ -1268,7 +1281,7 @@ def test_run_cells_takes_a_message_builder_for_the_baselines(tmp_path) -> None:
     assert seen[3] == baseline_messages("FILTER", QUESTION, CONTEXT)
     assert [r["prompt"] for r in cells["SHAM"]] == ["SHAM", "SHAM"]
     assert cells["REFLECT"][0]["decision"] == "abstain"
-    assert cdd_runs.baseline_decisions(cells["CAI"], "CAI")[0]["rule"] == "generated"
+    assert cdd_decide.baseline_decisions(cells["CAI"], "CAI")[0]["rule"] == "generated"
 
 
 # --- decision rows -----------------------------------------------------------------------
@@ -1283,7 +1296,7 @@ def _trace_rows() -> list[dict[str, Any]]:
 
 
 def test_cdd_decisions() -> None:
-    rows = cdd_runs.cdd_decisions(_trace_rows())
+    rows = cdd_decide.cdd_decisions(_trace_rows())
     assert rows[0] == {
         "qid": "q0",
         "index": 0,
@@ -1300,7 +1313,7 @@ def test_cdd_decisions() -> None:
     assert (rows[1]["decision"], rows[1]["answer"], rows[1]["confidence"]) == (None, None, None)
     assert (rows[1]["rule"], rows[1]["parse_status"]) == (PARSE_FAILED, FAILED)
     with pytest.raises(DataError, match="more than once"):
-        cdd_runs.cdd_decisions(_trace_rows()[:1] * 2)
+        cdd_decide.cdd_decisions(_trace_rows()[:1] * 2)
 
 
 def test_cdd_alpha_decisions_keep_p1_for_low_conflict_questions() -> None:
@@ -1311,7 +1324,7 @@ def test_cdd_alpha_decisions_keep_p1_for_low_conflict_questions() -> None:
         {**P1_ROW, "qid": "q0", "index": 0, "condition": "QC", "prompt": "P1"},
         {**P1_ROW, "qid": "q1", "index": 1, "condition": "QC", "prompt": "P1", "answer": "Nice"},
     ]
-    rows = cdd_runs.cdd_alpha_decisions(p1, traces)
+    rows = cdd_decide.cdd_alpha_decisions(p1, traces)
     assert (rows[0]["decision"], rows[0]["answer"], rows[0]["rule"], rows[0]["gated"]) == (
         "answer",
         "Paris",
@@ -1326,11 +1339,11 @@ def test_cdd_alpha_decisions_keep_p1_for_low_conflict_questions() -> None:
     )
     assert rows[1]["policy"] == "CDD_ALPHA" and rows[1]["llm_calls"] == 1
     # a threshold above every score bypasses everything
-    assert not any(r["gated"] for r in cdd_runs.cdd_alpha_decisions(p1, traces, 1.01))
+    assert not any(r["gated"] for r in cdd_decide.cdd_alpha_decisions(p1, traces, 1.01))
     with pytest.raises(DataError, match="no CDD trace row"):
-        cdd_runs.cdd_alpha_decisions(p1, traces[:1])
+        cdd_decide.cdd_alpha_decisions(p1, traces[:1])
     with pytest.raises(DataError, match="wrong generation file"):
-        cdd_runs.cdd_alpha_decisions([{**p1[0], "prompt": "P0"}], traces)
+        cdd_decide.cdd_alpha_decisions([{**p1[0], "prompt": "P0"}], traces)
 
 
 def test_cdd_alpha_with_the_model_gate_reads_the_stored_judgement() -> None:
@@ -1339,9 +1352,9 @@ def test_cdd_alpha_with_the_model_gate_reads_the_stored_judgement() -> None:
         row["trace"][CONTEXTUAL]["fields"]["answer"] = answer
         row["trace"][PARAMETRIC]["fields"]["answer"] = CAMBRIDGE if answer == OXFORD else "Paris"
     traces[0]["gate_judgement"] = _judgement(True)  # Oxford vs Cambridge: judged
-    traces[1]["gate_judgement"] = {"step": cdd.GATE, "status": SKIPPED, "origin": "not_run"}
+    traces[1]["gate_judgement"] = {"step": cdd_schema.GATE, "status": SKIPPED, "origin": "not_run"}
     p1 = [{**P1_ROW, "qid": q, "prompt": "P1"} for q in ("q0", "q1")]
-    model = cdd_runs.cdd_alpha_decisions(p1, traces, gate="model")
+    model = cdd_decide.cdd_alpha_decisions(p1, traces, gate="model")
     assert (model[0]["gated"], model[0]["gate"], model[0]["gate_basis"]) == (
         True,
         "model",
@@ -1354,14 +1367,14 @@ def test_cdd_alpha_with_the_model_gate_reads_the_stored_judgement() -> None:
         "no_pair",
         1,
     )
-    lexical = cdd_runs.cdd_alpha_decisions(p1, traces)
+    lexical = cdd_decide.cdd_alpha_decisions(p1, traces)
     assert [r["gated"] for r in lexical] == [False, False]
     assert lexical[0]["gate"] == "lexical" and lexical[0]["llm_calls"] == 1
     # a judgement the model gate needs but the traces lack
     del traces[0]["gate_judgement"]
     with pytest.raises(DataError, match="cdd.gate: model"):
-        cdd_runs.cdd_alpha_decisions(p1, traces, gate="model")
-    from grabrag.policies.paper import decide
+        cdd_decide.cdd_alpha_decisions(p1, traces, gate="model")
+    from grabrag.core.registry import decide
 
     traces[0]["gate_judgement"] = _judgement(False)
     decided = decide("CDD_ALPHA", {"P1": p1, "CDD": traces}, {"gate": "model"})
@@ -1373,20 +1386,20 @@ def test_baseline_decisions() -> None:
         {"qid": "a", "prompt": "SHAM", "decision": "answer", "answer": "x", "confidence": 5},
         {"qid": "b", "prompt": "SHAM", "decision": None, "parse_status": "failed"},
     ]
-    out = cdd_runs.baseline_decisions(rows, "SHAM")
+    out = cdd_decide.baseline_decisions(rows, "SHAM")
     assert [(r["decision"], r["confidence"], r["rule"]) for r in out] == [
         ("answer", 5, "generated"),
         (None, None, "parse_failed"),
     ]
     with pytest.raises(DataError, match="wrong generation file"):
-        cdd_runs.baseline_decisions(rows, "CAI")
+        cdd_decide.baseline_decisions(rows, "CAI")
     with pytest.raises(ValueError, match="not a baseline"):
-        cdd_runs.baseline_decisions(rows, "P1")
+        cdd_decide.baseline_decisions(rows, "P1")
 
 
 def test_policies_decide_dispatches_the_cdd_family() -> None:
     from grabrag.core import registry
-    from grabrag.policies.paper import decide
+    from grabrag.core.registry import decide
 
     assert registry.names()[-6:] == ["CDD", "CDD_ALPHA", "CAI", "SHAM", "REFLECT", "FILTER"]
     assert registry.policy("CDD_ALPHA").inputs == {
@@ -1412,11 +1425,11 @@ def test_accuracy_is_the_papers_answer_accuracy_and_behaviour_is_grabrags() -> N
     abstain = {"decision": "abstain", "answer": ""}
     failed = {"decision": None, "answer": None}
     # accuracy: the final answer matches a gold alias, at every condition
-    assert cdd_runs.correct(answer, ["Paris"]) and not cdd_runs.correct(answer, ["Lyon"])
-    assert not cdd_runs.correct(abstain, ["Paris"]) and not cdd_runs.correct(abstain, [])
-    assert not cdd_runs.correct(failed, ["Paris"]) and not cdd_runs.correct(None, ["Paris"])
+    assert cdd_diag.correct(answer, ["Paris"]) and not cdd_diag.correct(answer, ["Lyon"])
+    assert not cdd_diag.correct(abstain, ["Paris"]) and not cdd_diag.correct(abstain, [])
+    assert not cdd_diag.correct(failed, ["Paris"]) and not cdd_diag.correct(None, ["Paris"])
     # behaviour: an EM-correct answer at Q100/Q50, an abstention at Q0/QC/QX
-    behaviour = cdd_runs.behaviour_correct
+    behaviour = cdd_diag.behaviour_correct
     assert behaviour(answer, "Q100", ["Paris"]) and not behaviour(answer, "Q50", ["Lyon"])
     assert not behaviour(abstain, "Q100", ["Paris"])
     assert behaviour(abstain, "QC", ["Paris"]) and behaviour(abstain, "QX", [])
@@ -1439,10 +1452,10 @@ def test_an_always_abstaining_policy_has_cdd_accuracy_zero() -> None:
         ]
         for c in conditions
     }
-    rows = cdd_runs.diagnostics("m", "d", conditions, contexts, None, abstain, n_resamples=50)
+    rows = cdd_diag.diagnostics("m", "d", conditions, contexts, None, abstain, n_resamples=50)
     accuracy = [r for r in rows if r["metric"] == "accuracy"]
     assert {r["perturbation_type"] for r in accuracy} == {
-        *cdd_runs.PERTURBATION_TYPES,
+        *cdd_diag.PERTURBATION_TYPES,
         "macro_adversarial",
     }
     assert all(r["value"] == 0.0 and r["n"] > 0 for r in accuracy)
@@ -1464,7 +1477,7 @@ def test_the_adversarial_macro_is_over_the_papers_types_only() -> None:
     decisions = {
         (c, "P1"): [{"qid": r["qid"], **outcome[r["qid"]]} for r in contexts[c]] for c in conditions
     }
-    rows = cdd_runs.diagnostics("m", "d", conditions, contexts, None, decisions, n_resamples=50)
+    rows = cdd_diag.diagnostics("m", "d", conditions, contexts, None, decisions, n_resamples=50)
     got = {(r["perturbation_type"], r["metric"]): r for r in rows}
     # entity swap (QC tier 3) 1, temporal shift (tier 1) 0, distractor (Q50) 1
     assert got[("distractor", "accuracy")]["value"] == 1.0
@@ -1549,10 +1562,10 @@ def _by_key(rows: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
 
 def test_diagnostics_on_hand_made_rows() -> None:
     contexts, traces, decisions = _diagnostic_inputs()
-    rows = cdd_runs.diagnostics(
+    rows = cdd_diag.diagnostics(
         "m", "d", ["Q100", "QC"], contexts, traces, decisions, n_resamples=200, seed=1
     )
-    assert all(tuple(r) == cdd_runs.DIAGNOSTIC_COLUMNS for r in rows)
+    assert all(tuple(r) == cdd_diag.DIAGNOSTIC_COLUMNS for r in rows)
     got = _by_key(rows)
 
     def value(*key):
@@ -1608,7 +1621,7 @@ def test_diagnostics_on_hand_made_rows() -> None:
     assert value("perturbation_type", "P1", "", "", "entity_swap", "behaviour") == 0.0
     assert not any(r["metric"] == "accuracy_lenient" for r in rows)
     # deterministic
-    again = cdd_runs.diagnostics(
+    again = cdd_diag.diagnostics(
         "m", "d", ["Q100", "QC"], contexts, traces, decisions, n_resamples=200, seed=1
     )
     assert json.dumps(again) == json.dumps(rows)
@@ -1619,14 +1632,14 @@ def test_diagnostics_edge_cases() -> None:
     # every clean answer wrong: sensitivity undefined, with its reason
     zero = {"Q100": [{**r, "decision": "abstain", "answer": ""} for r in traces["Q100"]]}
     rows = _by_key(
-        cdd_runs.diagnostics(
+        cdd_diag.diagnostics(
             "m", "d", ["Q100"], {"Q100": contexts["Q100"]}, zero, {}, n_resamples=100
         )
     )
     entry = rows[("sensitivity", "CDD", "truncated", "Q100", "", "sensitivity")]
     assert math.isnan(entry["value"]) and "clean accuracy is 0" in entry["reason"]
     # a condition without rows (no QC-eligible question) gives NaN rows, not a crash
-    empty = cdd_runs.diagnostics(
+    empty = cdd_diag.diagnostics(
         "m", "d", ["QC"], {"QC": []}, {"QC": []}, {("QC", "CDD"): []}, n_resamples=100
     )
     assert empty and all(math.isnan(r["value"]) or r["section"] == "source_control" for r in empty)
@@ -1637,26 +1650,27 @@ def test_diagnostics_edge_cases() -> None:
     }
     sections = {
         r["section"]
-        for r in cdd_runs.diagnostics(
+        for r in cdd_diag.diagnostics(
             "m", "d", ["Q100", "QC"], contexts, plain, decisions, n_resamples=100
         )
     }
     assert sections == {"source_control", "perturbation_type"}
     mixed = {"Q100": plain["Q100"], "QC": traces["QC"]}
     with pytest.raises(DataError, match="different cdd.diagnostics"):
-        cdd_runs.diagnostics("m", "d", ["Q100", "QC"], contexts, mixed, decisions)
+        cdd_diag.diagnostics("m", "d", ["Q100", "QC"], contexts, mixed, decisions)
     with pytest.raises(DataError, match="lack qid"):
-        cdd_runs.diagnostics(
+        cdd_diag.diagnostics(
             "m", "d", ["Q100"], contexts, {"Q100": traces["Q100"][:2]}, {}, n_resamples=100
         )
     # no traces at all (only baselines configured): perturbation types only
-    only = cdd_runs.diagnostics("m", "d", ["Q100", "QC"], contexts, None, decisions)
+    only = cdd_diag.diagnostics("m", "d", ["Q100", "QC"], contexts, None, decisions)
     assert {r["section"] for r in only} == {"perturbation_type"}
 
 
 def test_cdd_tables_from_hand_made_frames(tmp_path) -> None:
-    from grabrag.evaluation.results import read_diagnostics
-    from grabrag.report import tables as T
+    from grabrag.core.outputs import read_diagnostics
+    from grabrag.report import cdd_tables as T
+    from grabrag.report.tables import display_policies
     from grabrag.report.tabular import Table, rows_csv
 
     from .test_tables import frame
@@ -1665,10 +1679,10 @@ def test_cdd_tables_from_hand_made_frames(tmp_path) -> None:
     # as the tables rule reads them: written by the diagnostics rule, read back
     rows_csv(
         tmp_path / "diagnostics.csv",
-        cdd_runs.diagnostics(
+        cdd_diag.diagnostics(
             "m", "d", ["Q100", "QC"], contexts, traces, decisions, n_resamples=100
         ),
-        cdd_runs.DIAGNOSTIC_COLUMNS,
+        cdd_diag.DIAGNOSTIC_COLUMNS,
     )
     diag = read_diagnostics([tmp_path / "diagnostics.csv"])
     metrics = frame(
@@ -1723,5 +1737,5 @@ def test_cdd_tables_from_hand_made_frames(tmp_path) -> None:
     sources = T.table_cdd_source_control(diag)
     assert sources.rows[0]["context"] == "2 (50.0%)" and sources.rows[0]["answered"] == 4
     # CDD_ALPHA is printed as CDD-alpha
-    shown = T.display_policies(Table([{"policy": "CDD_ALPHA"}, {"policy": "CDD"}]))
+    shown = display_policies(Table([{"policy": "CDD_ALPHA"}, {"policy": "CDD"}]))
     assert shown["policy"] == ["CDD-alpha", "CDD"]

@@ -16,13 +16,10 @@ from typing import Any
 
 import pytest
 
-from grabrag.cdd.method import DIVERGENCE, STEPS
-from grabrag.cdd.runs import (
-    DIAGNOSTIC_COLUMNS,
-    FAMILY,
-    PERTURBATION_TYPES,
-    STEP_STATUSES,
-)
+from grabrag.cdd.decisions import FAMILY
+from grabrag.cdd.diagnostics import DIAGNOSTIC_COLUMNS, PERTURBATION_TYPES
+from grabrag.cdd.runs import STEP_STATUSES
+from grabrag.cdd.schema import DIVERGENCE, STEPS
 from grabrag.core.io import read_jsonl
 from grabrag.generation.generator import parse_output
 

@@ -64,39 +64,55 @@ def full_plan(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
 
 def test_a_run_plans_nothing_and_comment_edits_plan_nothing(edit_and_plan) -> None:
     assert edit_and_plan({}) == {}
-    modules = ("policies.py", "prompts.py", "figures.py", "io.py", "generation.py", "nli.py")
+    modules = (
+        "policies/paper.py",
+        "generation/prompts.py",
+        "report/figures.py",
+        "report/cdd_tables.py",
+        "core/io.py",
+        "generation/generator.py",
+        "policies/nli.py",
+    )
     assert edit_and_plan(dict.fromkeys(modules, layout_edit)) == {}
 
 
-def test_editing_the_policies_plans_policies_and_what_follows_never_generation(
+def test_editing_grabrag_policies_plans_theirs_and_what_follows_never_generation(
     edit_and_plan, full_plan
 ) -> None:
-    jobs = edit_and_plan({"policies.py": code_edit})
-    assert jobs["policy"] == full_plan["policy"], jobs
-    # the P3 sweep and the tables import the policies; metrics and figures read decisions
-    assert {"p3_sweep", "tables", "metrics", "figure"} <= set(jobs), jobs
+    jobs = edit_and_plan({"policies/paper.py": code_edit})
+    # P0-P4's jobs rerun; EvidentialRAG's and CDD's policies decide in modules of their own.
+    assert 0 < jobs["policy"] < full_plan["policy"], jobs
+    # the P3 sweep imports P3's rule; metrics, tables and figures read the decisions
+    assert {"p3_sweep", "table", "metrics", "figure"} <= set(jobs), jobs
     assert not (MODEL_RULES | UPSTREAM_RULES) & set(jobs), jobs
 
 
 def test_editing_the_prompts_plans_generation(edit_and_plan, full_plan) -> None:
-    jobs = edit_and_plan({"prompts.py": code_edit})
+    jobs = edit_and_plan({"generation/prompts.py": code_edit})
     for rule in ("generate_context_prompts", "generate_closed_book"):
         assert jobs[rule] == full_plan[rule], jobs
-    assert "policy" in jobs and "tables" in jobs, jobs
+    assert "policy" in jobs and "table" in jobs, jobs
     assert not UPSTREAM_RULES & set(jobs), jobs
 
 
 def test_editing_a_metric_plans_no_data_retrieval_or_swap_stage(edit_and_plan, full_plan) -> None:
-    # The SQuAD normalisation every stage uses lives in text.py, not in metrics.py.
-    jobs = edit_and_plan({"metrics.py": code_edit})
-    assert jobs["metrics"] == full_plan["metrics"] and "tables" in jobs, jobs
+    # The SQuAD normalisation every stage uses lives in core/text.py, not with the metrics.
+    jobs = edit_and_plan({"scoring/calibration.py": code_edit})
+    assert jobs["metrics"] == full_plan["metrics"] and "table" in jobs, jobs
     assert not UPSTREAM_RULES & set(jobs), jobs
     assert not {"generate_context_prompts", "generate_closed_book"} & set(jobs), jobs
 
 
 def test_editing_the_plotting_code_plans_figures_only(edit_and_plan, full_plan) -> None:
-    jobs = edit_and_plan({"figures.py": code_edit})
+    jobs = edit_and_plan({"report/figures.py": code_edit})
     assert jobs == {"figure": full_plan["figure"], "all": 1}, jobs
+
+
+def test_editing_one_family_of_tables_plans_those_tables_only(edit_and_plan, tiny_run) -> None:
+    cdd_tables = sorted(p.name for p in (tiny_run / "results" / "tables").glob("cdd_*.csv"))
+    assert cdd_tables, "the tiny config must produce the CDD tables"
+    jobs = edit_and_plan({"report/cdd_tables.py": code_edit})
+    assert jobs == {"table": len(cdd_tables), "all": 1}, jobs
 
 
 def test_a_script_rule_without_its_code_param_is_an_error(tmp_path: Path) -> None:

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from grabrag.pipeline.codehash import code_hash, import_closure, normalised_source
+from grabrag.pipeline.codehash import (
+    code_hash,
+    import_closure,
+    module_code_hash,
+    normalised_source,
+)
 
 from .conftest import REPO
 
@@ -17,46 +22,72 @@ LIBRARY = REPO / "workflow" / "grabrag"
 
 
 def closure(script: str) -> set[str]:
-    """The closure of one rule script, as module file names."""
-    return {p.name for p in import_closure(SCRIPTS / script, LIBRARY)}
+    """The closure of one rule script, as paths inside the library ("core/io.py")."""
+    return {p.relative_to(LIBRARY).as_posix() for p in import_closure(SCRIPTS / script, LIBRARY)}
 
 
-def test_policy_script_reaches_the_policies_and_what_they_import() -> None:
+def module_closure(module: str) -> set[str]:
+    """The closure of one library module, as paths inside the library."""
+    return {p.relative_to(LIBRARY).as_posix() for p in import_closure(LIBRARY / module, LIBRARY)}
+
+
+def test_policy_script_reaches_the_registry_not_any_policy_code() -> None:
     modules = closure("policy.py")
-    assert {"policies.py", "io.py", "runner.py", "errors.py", "__init__.py"} <= modules
-    # policies.py imports evidential (EVID routes) and cdd_runs (CDD decisions), and
-    # cdd_runs imports generation and, through cdd, the prompts
-    assert {"evidential.py", "cdd_runs.py", "cdd.py", "generation.py", "prompts.py"} <= modules
-    assert not {"figures.py", "tables.py", "nli.py", "swaps.py", "evaluate.py"} & modules
+    assert {"core/registry.py", "core/io.py", "core/runner.py", "core/errors.py"} <= modules
+    # A policy job's own decide module is its `policy_code` param (rules/common.smk), so
+    # editing P3 reruns P3's jobs and not EVID's: no policy's code is in the script's closure.
+    assert not any(m.startswith(("policies/", "evidential/", "cdd/", "report/")) for m in modules)
 
 
-def test_figure_script_reaches_the_plotting_code_and_the_policy_declarations() -> None:
+def test_a_policy_code_reaches_what_it_decides_with() -> None:
+    modules = module_closure("policies/paper.py")
+    assert {"policies/rows.py", "scoring/answers.py", "core/errors.py"} <= modules
+    assert not any(m.startswith(("evidential/", "cdd/", "report/")) for m in modules)
+    assert {"evidential/routing.py", "policies/rows.py"} <= module_closure(
+        "evidential/decisions.py"
+    )
+
+
+def test_figure_script_reaches_the_plotting_code_not_the_tables() -> None:
     modules = closure("figure.py")
-    assert {"figures.py", "metrics.py"} <= modules  # `from grabrag import figures as f`
-    # Legends and colours come from the registry, which loads the built-in policies'
-    # declarations (policies.py); an edit there reruns the policies, and so the figures,
-    # anyway. The tables, the NLI verifier and the swap pipeline stay out.
-    assert {"registry.py", "policies.py"} <= modules
-    assert not {"tables.py", "nli.py", "swaps.py", "ner.py", "entity_pool.py"} & modules
+    assert {"report/figures.py", "report/specs.py", "scoring/calibration.py"} <= modules
+    # Legends and colours come from the registry's declarations, not the policies' code.
+    assert "core/registry.py" in modules
+    assert not {"policies/paper.py", "policies/nli.py", "contexts/swaps.py"} & modules
+    assert not any(m.endswith("_tables.py") for m in modules)
+
+
+def test_table_script_reaches_no_table_builder() -> None:
+    # Each table's builder module is its job's `module_code` param: editing the CDD tables
+    # reruns the CDD tables only.
+    modules = closure("table.py")
+    assert {"report/specs.py", "report/tables.py", "report/tabular.py"} <= modules
+    assert not any(m.endswith("_tables.py") for m in modules)
+    assert "report/figures.py" not in modules
 
 
 def test_generate_script_reaches_the_prompts_not_the_policies() -> None:
     modules = closure("generate.py")
-    assert {"generation.py", "prompts.py", "greedy_grammar.py", "assets.py"} <= modules
-    assert not {"policies.py", "nli.py", "figures.py", "metrics.py"} & modules
-    assert "prompts.py" not in closure("build_contexts.py")
+    assert {"generation/generator.py", "generation/prompts.py", "data/assets.py"} <= modules
+    assert "generation/greedy_grammar.py" in modules
+    assert not any(m.startswith(("policies/", "report/", "scoring/")) for m in modules)
+    assert "generation/prompts.py" not in closure("build_contexts.py")
+
+
+def test_p3_sweep_script_reaches_no_table_code() -> None:
+    assert not any(m.startswith("report/") for m in closure("p3_sweep.py"))
 
 
 def test_imports_inside_functions_count() -> None:
-    # tables.py imports ner and swaps inside the functions that need them
-    assert {"tables.py", "ner.py", "swaps.py", "policies.py"} <= closure("tables.py")
+    # the Table 4 builder imports the NER labels inside the function that needs them
+    assert "contexts/ner.py" in module_closure("report/audit_tables.py")
 
 
 def test_every_script_reaches_the_package_init_and_nothing_outside() -> None:
     for script in SCRIPTS.glob("[!_]*.py"):
         modules = import_closure(script, LIBRARY)
         assert LIBRARY / "__init__.py" in modules, script.name
-        assert all(p.parent == LIBRARY for p in modules), script.name
+        assert all(p.is_relative_to(LIBRARY) for p in modules), script.name
 
 
 def _package(root: Path, files: dict[str, str]) -> Path:
@@ -111,42 +142,64 @@ def library_copy(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _hashes(scripts: Path, library: Path) -> dict[str, str]:
-    return {
+    hashes = {
         s: code_hash(scripts / s, library)
         for s in ("policy.py", "figure.py", "generate.py", "build_contexts.py")
     }
+    hashes["P3"] = module_code_hash(library / "policies" / "paper.py", library)
+    hashes["EVID"] = module_code_hash(library / "evidential" / "decisions.py", library)
+    return hashes
 
 
 def test_comments_layout_and_docstrings_keep_the_hash(library_copy) -> None:
     scripts, library = library_copy
     before = _hashes(scripts, library)
-    policies = library / "policies.py"
+    policies = library / "policies" / "paper.py"
     text = policies.read_text()
     # comments, blank lines and a reworded module docstring
     assert text.startswith('"""') and "\ndef " in text
     edited = text.replace('"""', '"""Reworded. ', 1).replace("\ndef ", "\n\n# why\ndef ", 1)
     policies.write_text("# an added comment\n" + edited + "\n\n# trailing comment\n")
-    assert normalised_source(policies) == normalised_source(LIBRARY / "policies.py")
+    assert normalised_source(policies) == normalised_source(LIBRARY / "policies" / "paper.py")
     assert _hashes(scripts, library) == before
 
 
-def test_a_code_edit_changes_the_hash_of_the_scripts_that_reach_it(library_copy) -> None:
+def test_a_code_edit_changes_the_hash_of_what_reaches_it(library_copy) -> None:
     scripts, library = library_copy
     before = _hashes(scripts, library)
-    policies = library / "policies.py"
-    policies.write_text(policies.read_text() + "\nEDITED = True\n")
+    paper = library / "policies" / "paper.py"
+    paper.write_text(paper.read_text() + "\nEDITED = True\n")
     after = _hashes(scripts, library)
-    assert after["policy.py"] != before["policy.py"]
-    assert after["figure.py"] != before["figure.py"]  # legends come from the registry
-    assert after["generate.py"] == before["generate.py"]
-    assert after["build_contexts.py"] == before["build_contexts.py"]
-    # and a module a script reaches only through others: prompts.py via generation.py
-    prompts = library / "prompts.py"
-    prompts.write_text(prompts.read_text() + "\nEDITED = True\n")
+    assert after["P3"] != before["P3"]
+    assert {k: v for k, v in after.items() if k != "P3"} == {
+        k: v for k, v in before.items() if k != "P3"
+    }
+    # a module reached only through others: the decision rows, via paper.py and decisions.py
+    rows = library / "policies" / "rows.py"
+    rows.write_text(rows.read_text() + "\nEDITED = True\n")
     again = _hashes(scripts, library)
-    assert again["generate.py"] != after["generate.py"]
-    assert again["policy.py"] != after["policy.py"]  # policies -> cdd_runs -> cdd -> prompts
-    assert again["build_contexts.py"] == before["build_contexts.py"]
+    assert again["P3"] != after["P3"] and again["EVID"] != after["EVID"]
+    assert again["generate.py"] == before["generate.py"]
+    prompts = library / "generation" / "prompts.py"
+    prompts.write_text(prompts.read_text() + "\nEDITED = True\n")
+    assert _hashes(scripts, library)["generate.py"] != before["generate.py"]
+
+
+def test_a_config_module_hash_covers_the_helpers_beside_it(tmp_path: Path) -> None:
+    folder = _package(
+        tmp_path / "mine",
+        {
+            "policy.py": "import helpers\nfrom grabrag.policies.rows import ANSWER\n",
+            "helpers.py": "from more import x\n",
+            "more.py": "x = 1\n",
+            "unrelated.py": "y = 2\n",
+        },
+    )
+    before = module_code_hash(folder / "policy.py", LIBRARY)
+    (folder / "unrelated.py").write_text("y = 3\n")
+    assert module_code_hash(folder / "policy.py", LIBRARY) == before
+    (folder / "more.py").write_text("x = 2\n")  # a helper's helper
+    assert module_code_hash(folder / "policy.py", LIBRARY) != before
 
 
 def test_the_script_itself_is_hashed(library_copy) -> None:

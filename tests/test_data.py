@@ -937,7 +937,7 @@ def test_hub_export_round_trips_through_the_adapter(fixture: Path, adapter, tmp_
     """What the hub path writes (a ``datasets.Dataset`` exported as JSONL) reads back the same."""
     import datasets
 
-    from grabrag.data.assets import export_split
+    from grabrag.data.asset_hub import export_split
 
     rows = _read_jsonl_rows(fixture)
     exported = export_split(datasets.Dataset.from_list(rows), tmp_path / "validation.jsonl")

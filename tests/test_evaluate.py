@@ -10,19 +10,29 @@ import polars as pl
 import pytest
 
 from grabrag.core.errors import DataError
+from grabrag.core.outputs import read_metrics
 from grabrag.evaluation.evaluate import (
-    COLUMNS,
     abstention_over_datasets,
     dataset_seed,
     evaluate,
     evaluate_dataset,
-    read_context_files,
-    read_decision_files,
 )
-from grabrag.evaluation.results import read_metrics
+from grabrag.evaluation.inputs import read_context_files, read_decision_files
+from grabrag.evaluation.schema import COLUMNS
 from grabrag.report.tabular import rows_csv
-from grabrag.scoring import metrics as M
+from grabrag.scoring.abstention import (
+    capability_set,
+    em_rate,
+    f1_rate,
+    fac,
+    hwsa,
+    qc_breakdown,
+    refusal_f1_from,
+    refusal_scores,
+)
+from grabrag.scoring.answers import QC_CATEGORIES
 from grabrag.scoring.bootstrap import bootstrap_totals, percentile_interval, ratio, resample_counts
+from grabrag.scoring.calibration import aurc, confidence_and_correct, ece
 
 GOLD = {"q1": ["Paris"], "q2": ["1939"], "q3": ["Carrie Underwood"], "q4": ["blue whale"]}
 PLANTED = {"q1": "Lyon", "q2": "1949", "q3": "Miriam Margolyes"}  # q4 is not QC-eligible
@@ -203,11 +213,11 @@ def test_pooled_aurc_averages_the_tie(table) -> None:
     assert row["value"] == pytest.approx(expected) and row["n"] == 14
     conf, correct = [], []
     for condition, rows in P1.items():
-        c, y = M.confidence_and_correct(rows, GOLD, condition)
+        c, y = confidence_and_correct(rows, GOLD, condition)
         conf += c
         correct += y
-    assert row["value"] == pytest.approx(M.aurc(conf, correct))
-    assert value(table, "P1", "all", "ece") == pytest.approx(M.ece(conf, correct))
+    assert row["value"] == pytest.approx(aurc(conf, correct))
+    assert value(table, "P1", "all", "ece") == pytest.approx(ece(conf, correct))
 
 
 def test_normalised_hwsa_and_policy_mean(table) -> None:
@@ -241,7 +251,7 @@ def test_refusal_precision_recall_f1_pooled_over_conditions(table) -> None:
     assert value(table, "P3", "pooled", "refusal_precision") == pytest.approx(6 / 11)
     assert value(table, "P3", "pooled", "refusal_recall") == pytest.approx(6 / 7)
     assert value(table, "P3", "pooled", "refusal_f1") == pytest.approx(2 / 3)
-    scores = M.refusal_scores(P1)
+    scores = refusal_scores(P1)
     assert scores["refusal_f1"] == pytest.approx(0.5) and scores["refusal_recall"].n == 7
     for metric in ("refusal_precision", "refusal_recall", "refusal_f1"):
         row = table[("P3", "pooled", metric)]
@@ -259,13 +269,13 @@ def test_refusal_zero_denominators_are_nan_with_a_reason() -> None:
     assert keyed[("pooled", "refusal_recall")]["value"] == 0.0
     assert math.isnan(keyed[("pooled", "refusal_f1")]["value"])
     # no should-abstain condition at all: recall undefined
-    scores = M.refusal_scores({"Q100": P1["Q100"]})
+    scores = refusal_scores({"Q100": P1["Q100"]})
     assert (
         math.isnan(scores["refusal_recall"]) and "should-abstain" in scores["refusal_recall"].reason
     )
     assert scores["refusal_precision"] == 0.0 and math.isnan(scores["refusal_f1"])
     # both defined and zero: F1 0, not NaN
-    assert M.refusal_f1_from(0.0, 0.0) == 0.0
+    assert refusal_f1_from(0.0, 0.0) == 0.0
 
 
 def test_qx_is_should_abstain_and_paired_with_qc() -> None:
@@ -415,31 +425,31 @@ def test_vectorised_values_match_the_row_metrics_on_random_cells() -> None:
             cells[("m", condition, policy)] = rows
     out = evaluate_dataset("d", cells, ctx, n_resamples=100)
     keyed = {(r["policy"], r["condition"], r["metric"]): r["value"] for r in out}
-    cap = M.capability_set(cells[("m", "Q100", "P1")], gold)
+    cap = capability_set(cells[("m", "Q100", "P1")], gold)
     qc_ctx = {c["qid"]: c for c in ctx["QC"]}
     for policy in ("P1", "P2"):
         for condition in ("Q100", "Q50", "Q0", "QC"):
             rows = cells[("m", condition, policy)]
-            assert keyed[(policy, condition, "em")] == pytest.approx(M.em_rate(rows, gold))
-            assert keyed[(policy, condition, "f1")] == pytest.approx(M.f1_rate(rows, gold))
-            conf, y = M.confidence_and_correct(rows, gold, condition)
-            assert keyed[(policy, condition, "aurc")] == pytest.approx(M.aurc(conf, y))
-            assert keyed[(policy, condition, "ece")] == pytest.approx(M.ece(conf, y))
-            assert keyed[(policy, condition, "ece_15")] == pytest.approx(M.ece(conf, y, 15))
+            assert keyed[(policy, condition, "em")] == pytest.approx(em_rate(rows, gold))
+            assert keyed[(policy, condition, "f1")] == pytest.approx(f1_rate(rows, gold))
+            conf, y = confidence_and_correct(rows, gold, condition)
+            assert keyed[(policy, condition, "aurc")] == pytest.approx(aurc(conf, y))
+            assert keyed[(policy, condition, "ece")] == pytest.approx(ece(conf, y))
+            assert keyed[(policy, condition, "ece_15")] == pytest.approx(ece(conf, y, 15))
         for condition in ("Q100", "Q50"):
             rows = cells[("m", condition, policy)]
-            assert keyed[(policy, condition, "fac")] == pytest.approx(M.fac(rows, cap))
+            assert keyed[(policy, condition, "fac")] == pytest.approx(fac(rows, cap))
         qc = cells[("m", "QC", policy)]
-        assert keyed[(policy, "QC", "hwsa")] == pytest.approx(M.hwsa(qc))
+        assert keyed[(policy, "QC", "hwsa")] == pytest.approx(hwsa(qc))
         assert keyed[(policy, "Q0", "hwsa")] == pytest.approx(
-            M.hwsa(cells[("m", "Q0", policy)], set(eligible))
+            hwsa(cells[("m", "Q0", policy)], set(eligible))
         )
-        breakdown = M.qc_breakdown(qc, qc_ctx)
-        lenient = M.qc_breakdown(qc, qc_ctx, lenient=True)
-        for category in M.QC_CATEGORIES:
+        breakdown = qc_breakdown(qc, qc_ctx)
+        lenient = qc_breakdown(qc, qc_ctx, lenient=True)
+        for category in QC_CATEGORIES:
             assert keyed[(policy, "QC", f"qc_{category}")] == breakdown[category]
             assert keyed[(policy, "QC", f"qc_{category}_lenient")] == lenient[category]
-        refusal = M.refusal_scores({c: cells[("m", c, policy)] for c in ctx})
+        refusal = refusal_scores({c: cells[("m", c, policy)] for c in ctx})
         for metric, expected in refusal.items():
             assert keyed[(policy, "pooled", metric)] == pytest.approx(expected)
 

@@ -9,38 +9,44 @@ import re
 import numpy as np
 import pytest
 
-from grabrag.evidential.method import (
+from grabrag.evidential.claims import (
+    align_claims,
+    closed_book_evaluation,
+    evidence_vectors,
+    normalize_number_or_date,
+    passage_claim_count,
+    question_masses,
+)
+from grabrag.evidential.evaluator import (
     EVAL_FAILED,
     EVAL_OK,
     EVAL_REPAIRED,
     EVALUATOR_GRAMMAR,
     EVALUATOR_SYSTEM,
     FALLBACK_EVIDENCE,
-    LAMBDA,
     STANCES,
-    TAU1,
-    TAU2,
     Evaluation,
-    align_claims,
-    average_evidence,
-    closed_book_evaluation,
-    combine,
-    conflict,
-    decide,
-    dempster,
     evaluator_messages,
-    evid_confidence,
-    evidence_vectors,
     fold_groups,
     fold_order,
+    parse_evaluation,
+)
+from grabrag.evidential.fusion import (
+    LAMBDA,
+    average_evidence,
+    combine,
+    conflict,
+    dempster,
     from_evidence,
     fuse,
-    guarded_route,
     mean_pairwise_conflict,
-    normalize_number_or_date,
-    parse_evaluation,
-    passage_claim_count,
-    question_masses,
+)
+from grabrag.evidential.routing import (
+    TAU1,
+    TAU2,
+    decide,
+    evid_confidence,
+    guarded_route,
     route,
     route_messages,
     sweep,

@@ -11,23 +11,18 @@ import pytest
 
 from grabrag.core.errors import DataError
 from grabrag.core.io import read_checkpoint_rows
-from grabrag.evidential.method import EVALUATOR_GRAMMAR, closed_book_evaluation
-from grabrag.evidential.runs import (
-    EVID,
-    EVID_CB,
-    POOLED,
-    SWEEP_COLUMNS,
-    cb_source,
-    efficiency_summary,
+from grabrag.evidential.claims import closed_book_evaluation
+from grabrag.evidential.efficiency import efficiency_summary
+from grabrag.evidential.evaluator import EVALUATOR_GRAMMAR
+from grabrag.evidential.evaluator_pass import (
     evaluate_question,
     evaluation_report,
     preflight_messages,
-    question_state,
     run_evaluations,
-    run_generation,
-    stored_evaluation,
-    sweep_table,
 )
+from grabrag.evidential.generator_pass import question_state, run_generation
+from grabrag.evidential.stored import EVID, EVID_CB, cb_source, stored_evaluation
+from grabrag.evidential.sweep_tables import POOLED, SWEEP_COLUMNS, sweep_table
 
 SETTINGS = {"lam": 0.6, "tau1": 0.35, "tau2": 0.65, "merge_f1": 0.8}
 

@@ -11,34 +11,38 @@ import pickle
 import numpy as np
 import pytest
 
-from grabrag.scoring.metrics import (
-    ECHO,
-    HALLUCINATION,
-    OVERRIDE,
-    Value,
+from grabrag.core.text import normalize_answer
+from grabrag.scoring.abstention import (
     answer_rate,
     audit_hwsa,
-    aurc,
-    aurc_from_levels,
     capability_set,
-    classify_qc_answer,
-    confidence_and_correct,
     decision_rate,
-    ece,
-    ece_bin_index,
-    ece_from_levels,
     em_rate,
-    exact_match,
     f1_rate,
     fac,
     hwsa,
-    normalize_answer,
     qc_breakdown,
-    reliability_bins,
-    risk_coverage,
+)
+from grabrag.scoring.answers import (
+    ECHO,
+    HALLUCINATION,
+    OVERRIDE,
+    classify_qc_answer,
+    exact_match,
     row_correct,
     token_f1,
 )
+from grabrag.scoring.calibration import (
+    aurc,
+    aurc_from_levels,
+    confidence_and_correct,
+    ece,
+    ece_bin_index,
+    ece_from_levels,
+    reliability_bins,
+    risk_coverage,
+)
+from grabrag.scoring.value import Value
 
 
 def row(qid: str, decision: str | None, answer: str | None = "", confidence: int | None = 50):
@@ -363,7 +367,7 @@ def test_confidence_and_correct_leaves_out_failed_parses() -> None:
 
 
 def test_ece_mean_uses_each_bins_mean_confidence() -> None:
-    from grabrag.scoring.metrics import ece, ece_mean
+    from grabrag.scoring.calibration import ece, ece_mean
 
     # A small EVID cell, Eq. 27 confidences (0-100) and whether the selected claim is
     # right. 15 bins of width 1/15: 95 and 94 -> bin 14 (floor(14.25), floor(14.1)),
@@ -386,7 +390,7 @@ def test_ece_mean_uses_each_bins_mean_confidence() -> None:
 
 
 def test_selected_answer_score() -> None:
-    from grabrag.scoring.metrics import selected_answer_score
+    from grabrag.scoring.calibration import selected_answer_score
 
     # EVID rows: Eq. 27 on every route, the selected claim against gold
     routed = {"decision": "abstain", "confidence": 0, "fused_confidence": 61.0,

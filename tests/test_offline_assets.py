@@ -27,8 +27,9 @@ import pytest
 import yaml
 
 from grabrag.core.errors import AssetError, ConfigError
-from grabrag.data import assets
-from grabrag.data.assets import MANIFEST, lock_path, materialise
+from grabrag.data import asset_hub, assets
+from grabrag.data.asset_hub import lock_path
+from grabrag.data.assets import MANIFEST, materialise
 from grabrag.pipeline.config import validate_config
 
 from .local_hub import LocalHub, env_without_hub_settings
@@ -159,7 +160,8 @@ def test_first_fetch_pins_and_a_changed_upstream_file_is_an_error(
     assert recorded["revision"] == "main" and recorded["commit"] == hub.head
     assert hub.asked[-1] == hub.head  # the download is of the resolved commit
     assert (
-        set(recorded["files"]) == set(assets.file_hashes(target)) and changed in recorded["files"]
+        set(recorded["files"]) == set(asset_hub.file_hashes(target))
+        and changed in recorded["files"]
     )
     assert not any(".cache" in f for f in recorded["files"])
     if kind == "files":

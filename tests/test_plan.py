@@ -8,8 +8,10 @@ from pathlib import Path
 
 import yaml
 
+from grabrag.data.asset_checks import human_bytes
+from grabrag.data.asset_hub import asset_bytes
 from grabrag.pipeline.config import validate_config
-from grabrag.pipeline.plan import asset_bytes, human_bytes, model_calls, plan_text, used_assets
+from grabrag.pipeline.plan import model_calls, plan_text, used_assets
 
 from .conftest import REPO
 

@@ -7,7 +7,20 @@ import math
 import pytest
 
 from grabrag.core.errors import DataError
+from grabrag.core.registry import decide
 from grabrag.policies.paper import (
+    SWEEP_CUTOFFS,
+    SWEEP_THRESHOLDS,
+    agreement_f1,
+    p3_decision,
+    p3_decisions,
+    p3_sweep,
+    p3_sweep_decisions,
+    p4_decision,
+    p4_decisions,
+    single_pass_decisions,
+)
+from grabrag.policies.rows import (
     CB_PARSE_FAILED,
     CB_UNRELIABLE,
     F1_AGREE,
@@ -17,19 +30,8 @@ from grabrag.policies.paper import (
     NLI_CONTRADICTION,
     P1_ABSTAINED,
     PARSE_FAILED,
-    SWEEP_CUTOFFS,
-    SWEEP_THRESHOLDS,
-    agreement_f1,
-    decide,
-    p3_decision,
-    p3_decisions,
-    p3_sweep,
-    p3_sweep_decisions,
-    p4_decision,
-    p4_decisions,
-    single_pass_decisions,
 )
-from grabrag.scoring.metrics import answer_rate
+from grabrag.scoring.abstention import answer_rate
 
 
 def gen(
@@ -451,13 +453,13 @@ def evid_row(qid, route, decision="answer", answer="Paris", status="ok", policy=
 
 
 def test_evid_decisions_follow_the_route() -> None:
-    from grabrag.policies.paper import (
+    from grabrag.evidential.decisions import evidential_decisions
+    from grabrag.policies.rows import (
         CONFLICT_AWARE,
         EVIDENTIAL_ABSTAIN,
         EVIDENTIAL_DIRECT,
         EVIDENTIAL_RULES,
         GENERATOR_ABSTAINED,
-        evidential_decisions,
     )
 
     rows = [
@@ -520,7 +522,7 @@ def test_evid_cb_dispatch_and_errors() -> None:
 
 
 def test_decision_rows_name_their_cell() -> None:
-    from grabrag.policies.paper import with_cell
+    from grabrag.core.registry import with_cell
 
     rows = [{"qid": "q1", "index": 0, "condition": "QC", "policy": "P1", "decision": "abstain"}]
     (row,) = with_cell(rows, "m", "nq", "QC", "P1")

@@ -15,8 +15,8 @@ import yaml
 
 from grabrag.core import plugins, registry
 from grabrag.core.errors import ConfigError
+from grabrag.core.registry import decide
 from grabrag.pipeline.config import validate_config
-from grabrag.policies.paper import decide
 
 from .conftest import TINY, planned_jobs, snakemake
 

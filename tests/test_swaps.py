@@ -43,18 +43,10 @@ from grabrag.contexts.ner import (
     load_ner,
 )
 from grabrag.contexts.paired import HARD_NEGATIVE
+from grabrag.contexts.swap_spans import locate_answer, post_swap_reason, substitute_all
+from grabrag.contexts.swap_tiers import NUMERIC_FRACTION, YEAR_DELTAS, select_replacement
 from grabrag.contexts.swapped import QC_ROLE, build_qc_rows, build_qx_rows, swapped_condition_rows
-from grabrag.contexts.swaps import (
-    NUMERIC_FRACTION,
-    YEAR_DELTAS,
-    accepted,
-    build_swaps,
-    locate_answer,
-    post_swap_reason,
-    select_replacement,
-    substitute_all,
-    swap_question,
-)
+from grabrag.contexts.swaps import accepted, build_swaps, swap_question
 from grabrag.core.errors import DataError
 from grabrag.core.io import read_jsonl
 

@@ -8,18 +8,17 @@ import polars as pl
 import pytest
 
 from grabrag.core.errors import DataError
-from grabrag.report.tables import (
-    audit_hwsa_rows,
-    pct_ci,
-    table_audit,
+from grabrag.core.outputs import read_csvs
+from grabrag.report.audit_tables import audit_hwsa_rows, table_audit, write_audit_hwsa
+from grabrag.report.grabrag_tables import (
     table_fac,
     table_hwsa,
     table_qc_sources,
     table_seed_sensitivity,
-    write_audit_hwsa,
-    write_table,
 )
-from grabrag.report.tabular import Table, listed_in, read_csvs
+from grabrag.report.table_cells import pct_ci
+from grabrag.report.tables import write_table
+from grabrag.report.tabular import Table, listed_in
 
 COLUMNS = ("model", "dataset", "policy", "condition", "metric", "value", "ci_low", "ci_high", "n")
 
@@ -83,7 +82,8 @@ def _row(policy, condition, metric, value, n, low=None, high=None, reason=None):
 
 
 def test_hwsa_conditions_and_evid_results() -> None:
-    from grabrag.report.tables import table_evid_results, table_hwsa_conditions, write_table
+    from grabrag.report.evidential_tables import table_evid_results, table_hwsa_conditions
+    from grabrag.report.tables import write_table
 
     rows = []
     for policy, rates in (("P1", (0.5, 0.8, 0.6)), ("EVID_CB", (0.0, 0.25, 0.0))):
@@ -199,7 +199,7 @@ def _sweep() -> pl.DataFrame:
 
 
 def test_evid_sweep_tables_macro_average_cells() -> None:
-    from grabrag.report.tables import (
+    from grabrag.report.evidential_tables import (
         table_evid_ablation,
         table_evid_lambda_sweep,
         table_evid_tau_sweep,
@@ -259,7 +259,7 @@ def test_evid_sweep_tables_macro_average_cells() -> None:
 
 
 def test_lambda_sweep_table_keeps_a_configured_lambda_off_the_grid() -> None:
-    from grabrag.report.tables import table_evid_lambda_sweep
+    from grabrag.report.evidential_tables import table_evid_lambda_sweep
 
     sweep = _sweep()
     extra = sweep.filter(pl.col("rule") == "0.6").with_columns(rule=pl.lit("0.45"))
@@ -269,7 +269,7 @@ def test_lambda_sweep_table_keeps_a_configured_lambda_off_the_grid() -> None:
 
 
 def test_evid_evaluator_table() -> None:
-    from grabrag.report.tables import table_evid_evaluator
+    from grabrag.report.evidential_tables import table_evid_evaluator
 
     report = {"model": "m", "dataset": "d", "condition": "Q0", "evaluator": "m",
               "questions": 4, "evaluator_passes": 20, "with_evidence": 3,
@@ -283,7 +283,7 @@ def test_evid_evaluator_table() -> None:
 
 
 def test_evid_efficiency_table() -> None:
-    from grabrag.report.tables import table_evid_efficiency
+    from grabrag.report.evidential_tables import table_evid_efficiency
 
     summary = {
         "model": "m",
@@ -433,7 +433,7 @@ def _swap_record(qid, index, tier, text="He lived in Paris.", new="He lived in L
 
 
 def test_ner_labels_and_swap_examples() -> None:
-    from grabrag.report.tables import table_ner_labels, table_swap_examples
+    from grabrag.report.audit_tables import table_ner_labels, table_swap_examples
 
     labels = table_ner_labels("gliner")
     assert len(labels) == 8 and set(labels["Internal type"]) >= {"PERSON", "WORK_OF_ART"}
@@ -459,7 +459,7 @@ def test_ner_labels_and_swap_examples() -> None:
 
 
 def test_audit_quality_distribution_and_broken_rate_by_type() -> None:
-    from grabrag.report.tables import table_audit_quality
+    from grabrag.report.audit_tables import table_audit_quality
 
     nq = pl.DataFrame(
         {
@@ -484,7 +484,7 @@ def test_audit_quality_distribution_and_broken_rate_by_type() -> None:
 
 
 def test_cutoff_sweep_and_closed_book() -> None:
-    from grabrag.report.tables import table_closed_book, table_cutoff_sweep
+    from grabrag.report.p3_tables import table_closed_book, table_cutoff_sweep
 
     sweep = frame(
         [
@@ -520,7 +520,7 @@ def test_cutoff_sweep_and_closed_book() -> None:
 
 
 def test_section6_aggregates() -> None:
-    from grabrag.report.tables import table_section6
+    from grabrag.report.grabrag_tables import table_section6
 
     rows = []
     for model, nq, hp in (("phi", 0.4, 0.7), ("qwen", 0.6, 0.9)):
@@ -636,7 +636,7 @@ def test_tables_3_and_9_order_sources_as_the_paper() -> None:
 
 
 def test_write_table_prints_the_note_after_the_caption(tmp_path) -> None:
-    from grabrag.report.tables import with_note
+    from grabrag.report.table_cells import with_note
 
     table = with_note(Table([{"policy": "P1"}]), "n = 5.")
     csv_path, md_path, tex_path, _ = write_table(table, tmp_path / "t", "Table 1: x.")

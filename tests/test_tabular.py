@@ -8,7 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from grabrag.report.tables import NOT_AVAILABLE, pct, pct_ci
+from grabrag.core.outputs import read_csvs
+from grabrag.report.table_cells import NOT_AVAILABLE, pct, pct_ci
 from grabrag.report.tabular import (
     TIDY_SCHEMA,
     Label,
@@ -17,7 +18,6 @@ from grabrag.report.tabular import (
     latex_escape,
     latex_text,
     markdown_text,
-    read_csvs,
     rows_csv,
     tidy_frame,
     write_table,

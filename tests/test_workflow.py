@@ -485,7 +485,7 @@ def test_results_load_with_one_call(tiny_run: Path) -> None:
     table files hold the numbers the printed tables show."""
     import polars as pl
 
-    from grabrag.evaluation.results import read_metrics
+    from grabrag.core.outputs import read_metrics
     from grabrag.report.tabular import TIDY_SCHEMA
 
     decisions = pl.scan_ndjson(tiny_run / "results/policies/*/*/*/*.jsonl").collect()
@@ -664,7 +664,7 @@ def test_qx_condition_pairs_the_gold_passage_with_its_swapped_twin(tiny_run: Pat
 
 
 def test_evidential_evaluations_decisions_and_accounting(tiny_run: Path) -> None:
-    from grabrag.policies.paper import EVIDENTIAL_RULES
+    from grabrag.policies.rows import EVIDENTIAL_RULES
 
     routes = set()
     assert not (tiny_run / f"results/evidential/{MODEL}/squad").exists()

@@ -4,12 +4,9 @@ with bootstrap CIs from each dataset's own resamples (tidy CSV)."""
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
 from grabrag.core.runner import log, run_rule
-from grabrag.evaluation.evaluate import (
-    COLUMNS,
-    abstention_over_datasets,
-    read_context_files,
-    read_decision_files,
-)
+from grabrag.evaluation.evaluate import abstention_over_datasets
+from grabrag.evaluation.inputs import read_context_files, read_decision_files
+from grabrag.evaluation.schema import COLUMNS
 from grabrag.report.tabular import rows_csv
 
 

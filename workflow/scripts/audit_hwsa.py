@@ -6,7 +6,7 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 from grabrag.contexts.audit import read_audit_ratings
 from grabrag.core.io import read_jsonl
 from grabrag.core.runner import log, run_rule
-from grabrag.report.tables import audit_hwsa_rows, write_audit_hwsa
+from grabrag.report.audit_tables import audit_hwsa_rows, write_audit_hwsa
 
 
 def main(smk):

@@ -8,7 +8,7 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 import _job_gpu  # noqa: F401  (claims this job's GPU before any CUDA library loads)
 import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_FIRST)
 
-from grabrag.cdd.method import baseline_messages, grammar_for_messages
+from grabrag.cdd.baselines import baseline_messages, grammar_for_messages
 from grabrag.core.io import read_jsonl, write_jsonl
 from grabrag.core.progress import Progress
 from grabrag.core.runner import log, run_rule

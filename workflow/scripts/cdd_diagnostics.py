@@ -1,10 +1,10 @@
 """Rule cdd_diagnostics: causal sensitivity, ablations, source control and accuracy per
-perturbation type of one model x dataset (grabrag.cdd.runs.diagnostics), from stored rows
+perturbation type of one model x dataset (grabrag.cdd.diagnostics.diagnostics), from stored rows
 only: no language model is loaded."""
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.cdd.runs import DIAGNOSTIC_COLUMNS, diagnostics
+from grabrag.cdd.diagnostics import DIAGNOSTIC_COLUMNS, diagnostics
 from grabrag.core.io import read_jsonl
 from grabrag.core.runner import log, run_rule
 from grabrag.report.tabular import rows_csv

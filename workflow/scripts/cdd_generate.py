@@ -9,8 +9,8 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 import _job_gpu  # noqa: F401  (claims this job's GPU before any CUDA library loads)
 import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_FIRST)
 
-from grabrag.cdd.method import CLOSED_BOOK
 from grabrag.cdd.runs import preflight_calls, run_traces
+from grabrag.cdd.schema import CLOSED_BOOK
 from grabrag.core.io import read_jsonl, write_jsonl
 from grabrag.core.runner import log, run_rule
 from grabrag.data.assets import resolve

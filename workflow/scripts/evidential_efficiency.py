@@ -6,7 +6,7 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 
 from grabrag.core.io import read_json, read_jsonl, write_json
 from grabrag.core.runner import log, run_rule
-from grabrag.evidential.runs import efficiency_summary
+from grabrag.evidential.efficiency import efficiency_summary
 
 
 def main(smk):

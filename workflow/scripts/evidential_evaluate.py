@@ -1,6 +1,6 @@
 """Rule evidential_evaluate: the EvidentialRAG evaluator's judgement of every passage of one
 model x dataset x condition (k calls per question, back to back; see
-grabrag.evidential.runs for the call accounting)."""
+grabrag.evidential.generator_pass for the call accounting)."""
 
 import time
 from pathlib import Path
@@ -13,9 +13,9 @@ from grabrag.core.io import read_jsonl, write_json, write_jsonl
 from grabrag.core.progress import Progress
 from grabrag.core.runner import log, run_rule
 from grabrag.data.assets import resolve
-from grabrag.evidential.runs import (
+from grabrag.evidential.efficiency import peak_memory_mb
+from grabrag.evidential.evaluator_pass import (
     evaluation_report,
-    peak_memory_mb,
     preflight_messages,
     run_evaluations,
 )

@@ -12,10 +12,10 @@ from grabrag.core.io import read_jsonl, write_json, write_jsonl
 from grabrag.core.progress import Progress
 from grabrag.core.runner import log, run_rule
 from grabrag.data.assets import resolve
-from grabrag.evidential.runs import (
+from grabrag.evidential.efficiency import peak_memory_mb
+from grabrag.evidential.generator_pass import (
     generation_preflight,
     generation_report,
-    peak_memory_mb,
     run_generation,
 )
 from grabrag.generation.generator import LlamaGenerator, settings_from

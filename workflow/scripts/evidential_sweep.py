@@ -5,8 +5,8 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 
 from grabrag.core.io import read_jsonl, write_csv
 from grabrag.core.runner import log, run_rule
-from grabrag.evidential.method import sweep_grid
-from grabrag.evidential.runs import SWEEP_COLUMNS, sweep_table
+from grabrag.evidential.routing import sweep_grid
+from grabrag.evidential.sweep_tables import SWEEP_COLUMNS, sweep_table
 
 
 def main(smk):

@@ -3,7 +3,9 @@
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
 from grabrag.core.runner import log, run_rule
-from grabrag.evaluation.evaluate import COLUMNS, evaluate, read_context_files, read_decision_files
+from grabrag.evaluation.evaluate import evaluate
+from grabrag.evaluation.inputs import read_context_files, read_decision_files
+from grabrag.evaluation.schema import COLUMNS
 from grabrag.report.tabular import rows_csv
 
 

@@ -5,7 +5,7 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 
 from grabrag.core.io import read_jsonl, write_csv
 from grabrag.core.runner import run_rule
-from grabrag.report.tables import p3_sweep_rows
+from grabrag.evaluation.p3_sweep import p3_sweep_rows
 
 
 def main(smk):

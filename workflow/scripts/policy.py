@@ -7,8 +7,8 @@ NLI verdicts), as the paper specifies.
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
 from grabrag.core.io import read_jsonl, write_jsonl
+from grabrag.core.registry import decide, with_cell
 from grabrag.core.runner import log, run_rule
-from grabrag.policies.paper import decide, with_cell
 
 
 def main(smk):

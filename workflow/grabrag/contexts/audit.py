@@ -18,7 +18,9 @@ from typing import Any
 
 from grabrag.contexts.entity_pool import NerCache, as_ner_cache
 from grabrag.contexts.ner import NerBackend
-from grabrag.contexts.swaps import TIERS, accepted, boundary_pattern, occurrences, value_type
+from grabrag.contexts.swap_spans import boundary_pattern, occurrences, value_type
+from grabrag.contexts.swap_tiers import TIERS
+from grabrag.contexts.swaps import accepted
 from grabrag.core.errors import DataError
 from grabrag.core.io import write_csv
 from grabrag.core.text import contains_alias, normalize_answer

@@ -12,12 +12,25 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from grabrag.core.errors import ConfigError
 
 _LOADED: set[str] = set()
+
+
+def config_modules(config: Mapping[str, Any]) -> list[str]:
+    """The modules a config loads: ``modules`` (policies, output kinds, tables, figures)
+    and ``policies.modules`` (policies; the older key, read the same way)."""
+    policies = config.get("policies")
+    listed = [
+        *(config.get("modules") or []),
+        *((policies.get("modules") if isinstance(policies, Mapping) else None) or []),
+    ]
+    return [m for m in listed if isinstance(m, str)]
 
 
 def load_modules(specs: Iterable[str]) -> None:
@@ -32,6 +45,9 @@ def load_modules(specs: Iterable[str]) -> None:
             if not path.is_file():
                 raise ConfigError(f"config key 'policies.modules': no policy module at {spec}")
             name = "grabrag_policy_" + hashlib.sha256(key.encode()).hexdigest()[:12]
+            # Its own folder first on the path, so it can import the helper modules beside it.
+            if str(path.parent) not in sys.path:
+                sys.path.insert(0, str(path.parent))
             module_spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(module_spec)
             module_spec.loader.exec_module(module)

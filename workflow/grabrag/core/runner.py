@@ -10,7 +10,7 @@ from typing import Any
 
 from grabrag.core import devices
 from grabrag.core.errors import GrabragError
-from grabrag.core.plugins import load_modules
+from grabrag.core.plugins import config_modules, load_modules
 
 log = logging.getLogger("grabrag")
 
@@ -29,13 +29,13 @@ def setup_logging(log_file: str | None) -> None:
 
 def run_rule(smk: Any, main: Callable[[Any], None]) -> None:
     """Call ``main(snakemake)``; a GrabragError becomes one clear line and exit status 1.
-    The config's policy modules are loaded first: a job runs in a process of its own."""
+    The config's modules are loaded first: a job runs in a process of its own."""
     setup_logging(smk.log[0] if len(smk.log) else None)
     if devices.CLAIM is not None:
         log.info(devices.CLAIM.describe())
     started = time.perf_counter()
     try:
-        load_modules(smk.config["policies"]["modules"])
+        load_modules(config_modules(smk.config))
         main(smk)
     except GrabragError as error:
         log.error("rule %s failed: %s", smk.rule, error)

@@ -330,21 +330,11 @@ def exclusion_reason(example: RawExample, max_answer_tokens: int) -> str | None:
     return None
 
 
-def build_dataset(
-    output: AdapterOutput,
-    n_questions: int,
-    seed: int,
-    max_answer_tokens: int = 5,
-    corpus_max_passages: int | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, str]], dict[str, Any]]:
-    """Filter, sample N with ``random.Random(seed)``, and build the passage corpus.
-
-    Returns (questions, corpus, report). Questions keep the sampled order: position i
-    is the ``i`` of every later ``Random(seed + i)``. The corpus holds every gold passage
-    of every source question plus the adapter's other passages, deduplicated; with a cap,
-    the sampled questions' gold passages always stay, then passages sharing a title with
-    them (same-article distractors), then the rest in seeded order.
-    """
+def _eligible(
+    output: AdapterOutput, max_answer_tokens: int
+) -> tuple[list[RawExample], Counter[str]]:
+    """The examples that pass the filters, in source order, and how many each exclusion
+    reason removed. A duplicate question id, or no example left, is an error."""
     reasons: Counter[str] = Counter()
     eligible: list[RawExample] = []
     seen_qids: set[str] = set()
@@ -363,23 +353,30 @@ def build_dataset(
         raise DataError(
             f"no question passed the filters ({dict(reasons)}); check the adapter and the data file"
         )
-    rng = random.Random(seed)
-    sampled = rng.sample(eligible, min(n_questions, len(eligible)))
+    return eligible, reasons
 
-    questions = []
-    for example in sampled:
-        gold = list({p.pid: p for p in example.gold_passages if p.text.strip()}.values())
-        questions.append(
-            {
-                "qid": example.qid,
-                "question": example.question.strip(),
-                "answers": scorable_aliases(example.answers, max_answer_tokens),
-                "all_answers": example.answers,
-                "gold_passages": [p.as_dict() for p in gold],
-                "extra": example.extra,
-            }
-        )
 
+def _question_row(example: RawExample, max_answer_tokens: int) -> dict[str, Any]:
+    """One sampled question in the common schema (its non-empty gold passages once each)."""
+    gold = list({p.pid: p for p in example.gold_passages if p.text.strip()}.values())
+    return {
+        "qid": example.qid,
+        "question": example.question.strip(),
+        "answers": scorable_aliases(example.answers, max_answer_tokens),
+        "all_answers": example.answers,
+        "gold_passages": [p.as_dict() for p in gold],
+        "extra": example.extra,
+    }
+
+
+def _corpus(
+    output: AdapterOutput,
+    questions: list[dict[str, Any]],
+    seed: int,
+    corpus_max_passages: int | None,
+) -> tuple[list[dict[str, str]], dict[str, Passage]]:
+    """(the corpus, every source passage by pid). With a cap, the questions' gold passages
+    stay, then passages sharing a title with them, then the rest in seeded order."""
     pool: dict[str, Passage] = {}
     for example in output.examples:
         for passage in example.gold_passages:
@@ -397,8 +394,29 @@ def build_dataset(
         rest.sort(key=lambda pid: pool[pid].title not in titles)  # stable: same-title first
         room = max(0, corpus_max_passages - len(required))
         corpus_ids = sorted(required) + rest[:room]
-    corpus = [pool[pid].as_dict() for pid in corpus_ids]
+    return [pool[pid].as_dict() for pid in corpus_ids], pool
 
+
+def build_dataset(
+    output: AdapterOutput,
+    n_questions: int,
+    seed: int,
+    max_answer_tokens: int = 5,
+    corpus_max_passages: int | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, str]], dict[str, Any]]:
+    """Filter, sample N with ``random.Random(seed)``, and build the passage corpus.
+
+    Returns (questions, corpus, report). Questions keep the sampled order: position i
+    is the ``i`` of every later ``Random(seed + i)``. The corpus holds every gold passage
+    of every source question plus the adapter's other passages, deduplicated; with a cap,
+    the sampled questions' gold passages always stay, then passages sharing a title with
+    them (same-article distractors), then the rest in seeded order.
+    """
+    eligible, reasons = _eligible(output, max_answer_tokens)
+    rng = random.Random(seed)
+    sampled = rng.sample(eligible, min(n_questions, len(eligible)))
+    questions = [_question_row(example, max_answer_tokens) for example in sampled]
+    corpus, pool = _corpus(output, questions, seed, corpus_max_passages)
     report = {
         "source_questions": len(output.examples) + len(output.malformed),
         "malformed_rows": output.malformed,

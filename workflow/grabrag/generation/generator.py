@@ -348,7 +348,8 @@ def run_cells(
     prompt in question order. The checkpoint is left in place; the caller removes it
     once the cells are written. ``messages`` builds a prompt's chat messages (default
     the paper's P0-P2/CB prompts; CDD's baselines pass
-    :func:`grabrag.cdd.method.baseline_messages`); outputs are parsed with :func:`parse_output`.
+    :func:`grabrag.cdd.baselines.baseline_messages`); outputs are parsed with
+    :func:`parse_output`.
     With a ``batcher`` (the model's batch > 1), the calls of ``batcher.size //
     len(prompts)`` questions (at least one) are decoded together, so the prompts of a
     question share their prefix; a group not finished when the job was killed is redone

@@ -178,6 +178,18 @@ def _imported_modules(path: Path, package_dir: Path, in_package: bool) -> set[st
     return {m for m in modules if m == PACKAGE or m.startswith(PACKAGE + ".")}
 
 
+def module_imports(path: Path, package_dir: Path) -> tuple[Path, ...]:
+    """The package's module files that one file imports directly (at any depth in the
+    file, functions included), sorted: the edges of the library's import graph."""
+    path = Path(path).resolve()
+    package_dir = Path(package_dir).resolve()
+    found = {
+        _module_path(name, package_dir)
+        for name in _imported_modules(path, package_dir, path.is_relative_to(package_dir))
+    }
+    return tuple(sorted(p for p in found if p is not None and p != path))
+
+
 def import_closure(script: Path, package_dir: Path) -> tuple[Path, ...]:
     """The package's module files that running `script` imports, directly or through one
     another, sorted. `script` may be a module of the package itself."""
@@ -211,4 +223,38 @@ def code_hash(script: Path, package_dir: Path) -> str:
             else f"script:{path.name}"
         )
         digest.update(f"{label}\0{_digest(path, keep_docstrings)}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+def _local_helpers(path: Path) -> set[Path]:
+    """The modules a file outside the package imports from its own folder (``import x``,
+    ``from x import y``, ``from x.y import z`` where x.py or x/ sits beside it)."""
+    found = set()
+    for imp in _parsed(path).imports:
+        if imp.level or not imp.module:
+            continue
+        base = path.parent.joinpath(*imp.module.split("."))
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                found.add(candidate.resolve())
+    return found
+
+
+def module_code_hash(path: Path, package_dir: Path) -> str:
+    """The hash of one module's code, as `code_hash` normalises it: a module of the package
+    with its closure in the package; a module from elsewhere (a config's ``modules``) with
+    the helper modules it imports from its own folder, theirs, and the package modules any
+    of them import."""
+    path = Path(path).resolve()
+    package_dir = Path(package_dir).resolve()
+    if path.is_relative_to(package_dir):
+        return code_hash(path, package_dir)
+    files, queue = {path}, [path]
+    while queue:
+        for helper in _local_helpers(queue.pop()) - files:
+            files.add(helper)
+            queue.append(helper)
+    digest = hashlib.sha256()
+    for file in sorted(files):
+        digest.update(f"{file.name}\0{code_hash(file, package_dir)}\0".encode())
     return digest.hexdigest()[:16]

@@ -13,6 +13,7 @@ import yaml
 from grabrag.core import registry
 from grabrag.core.conditions import NAMES as CONDITION_NAMES
 from grabrag.core.errors import ConfigError
+from grabrag.core.plugins import config_modules
 from grabrag.data.datasets import ADAPTERS
 
 SCHEMA_FILE = "config.schema.yaml"
@@ -68,15 +69,9 @@ def _describe(error: jsonschema.ValidationError) -> str:
     return f"config key '{_key_path(error)}': {error.message}"
 
 
-def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Return a validated copy of ``config`` with defaults filled in.
-
-    Raises ConfigError naming the offending key; cross-references (an asset named by a
-    model, dataset or encoder) are checked too.
-    """
-    checked = copy.deepcopy(dict(config))
+def _check_hub_revisions(checked: Mapping[str, Any]) -> None:
+    """Every hub asset names its revision; checked before defaults are filled in."""
     for name, spec in (checked.get("assets") or {}).items():
-        # Checked before defaults are filled in: a hub asset must name its revision.
         if isinstance(spec, dict) and "hub" in spec and not spec.get("revision"):
             raise ConfigError(
                 f"config key 'assets.{name}.revision': the hub asset '{spec['hub']}' needs a "
@@ -84,16 +79,20 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
                 "'Files and versions' page). A branch name such as 'main' is pinned by the "
                 "lock file at the first fetch"
             )
-    section = checked.get("policies")
-    modules = section.get("modules") if isinstance(section, dict) else None
-    if isinstance(modules, list) and all(isinstance(m, str) for m in modules):
-        # Before the schema check: their policies are names 'policies.names' may use.
-        registry.load_modules(modules)
+
+
+def _check_schema(checked: dict[str, Any]) -> None:
+    """Validate against the schema, filling in its defaults; the config's modules are
+    loaded first, so that their policies are names 'policies.names' may use."""
+    registry.load_modules(config_modules(checked))
     errors = sorted(_Validator(load_schema()).iter_errors(checked), key=lambda e: e.path)
     if errors:
         best = jsonschema.exceptions.best_match(errors)
         raise ConfigError(_describe(best))
-    assets = checked["assets"]
+
+
+def _check_asset_files(assets: Mapping[str, Any]) -> None:
+    """'files' selects files of a hub model snapshot and nothing else."""
     for name, spec in assets.items():
         if "files" in spec and (
             "hub" not in spec or spec.get("filename") or spec["repo_type"] == "dataset"
@@ -103,18 +102,24 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
                 "it does not combine with 'filename', a dataset or a non-hub source: remove it"
             )
 
-    def need_asset(key: str, name: str | None) -> None:
-        if name is not None and name not in assets:
-            raise ConfigError(
-                f"config key '{key}' names asset '{name}', which is not under 'assets' "
-                f"(known: {', '.join(sorted(assets))})"
-            )
 
+def _need_asset(assets: Mapping[str, Any], key: str, name: str | None) -> None:
+    """The asset that config key ``key`` names (None: none) is declared under 'assets'."""
+    if name is not None and name not in assets:
+        raise ConfigError(
+            f"config key '{key}' names asset '{name}', which is not under 'assets' "
+            f"(known: {', '.join(sorted(assets))})"
+        )
+
+
+def _check_models_and_retrieval(checked: Mapping[str, Any]) -> None:
+    """The models', datasets' and encoder's assets exist; the hybrid weights sum to 1."""
+    assets = checked["assets"]
     for model, spec in checked["models"].items():
-        need_asset(f"models.{model}.asset", spec["asset"])
+        _need_asset(assets, f"models.{model}.asset", spec["asset"])
     for dataset, spec in checked["datasets"].items():
-        need_asset(f"datasets.{dataset}.asset", spec["asset"])
-    need_asset("retrieval.encoder", checked["retrieval"]["encoder"])
+        _need_asset(assets, f"datasets.{dataset}.asset", spec["asset"])
+    _need_asset(assets, "retrieval.encoder", checked["retrieval"]["encoder"])
     weights = checked["retrieval"]["bm25_weight"], checked["retrieval"]["dense_weight"]
     if abs(sum(weights) - 1.0) > 1e-9:
         raise ConfigError(
@@ -123,19 +128,29 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
             "to 1: the hybrid score is alpha x BM25 + (1 - alpha) x dense, both min-max "
             "normalised (the paper: alpha = 0.5)"
         )
-    need_asset("contexts.tokenizer", checked["contexts"]["tokenizer"])
-    need_asset("ner.asset", checked["ner"]["asset"])
-    need_asset("ner.tokenizer", checked["ner"].get("tokenizer"))
+
+
+def _check_ner_and_nli(checked: Mapping[str, Any]) -> None:
+    """The context tokenizer's, the recogniser's and the verifier's assets exist and suit
+    their backends."""
+    assets = checked["assets"]
+    _need_asset(assets, "contexts.tokenizer", checked["contexts"]["tokenizer"])
+    _need_asset(assets, "ner.asset", checked["ner"]["asset"])
+    _need_asset(assets, "ner.tokenizer", checked["ner"].get("tokenizer"))
     if checked["ner"].get("tokenizer") and checked["ner"]["backend"] != "gliner":
         raise ConfigError(
             "config key 'ner.tokenizer' applies to the gliner backend only "
             f"(ner.backend is {checked['ner']['backend']}); remove it"
         )
-    need_asset("nli.asset", checked["nli"]["asset"])
+    _need_asset(assets, "nli.asset", checked["nli"]["asset"])
     if checked["nli"]["backend"] == "transformers" and checked["nli"]["asset"] is None:
         raise ConfigError(
             "config key 'nli.asset': the transformers NLI backend needs a model asset"
         )
+
+
+def _check_dataset_references(checked: Mapping[str, Any]) -> None:
+    """The datasets the methods and the QC audit name exist; a filled audit needs QC."""
     for section in ("evidential", "cdd"):
         for name in checked[section]["datasets"] or []:
             if name not in checked["datasets"]:
@@ -154,6 +169,10 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
             "config key 'qc.audit_filled' is set but 'generation.conditions' has no QC: "
             "Table 6 recomputes HwSA@QC, so add QC or empty qc.audit_filled"
         )
+
+
+def _check_seed_sensitivity(checked: Mapping[str, Any]) -> None:
+    """A seed-sensitivity run names a configured model and dataset and another seed."""
     sensitivity = checked.get("seed_sensitivity")
     if sensitivity:
         for key, known in (("model", checked["models"]), ("dataset", checked["datasets"])):
@@ -167,6 +186,10 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
                 f"config key 'seed_sensitivity.seed' is {sensitivity['seed']}, the same as "
                 "'seed': a seed-sensitivity run needs a different seed (the paper uses 43)"
             )
+
+
+def _check_evidential(checked: Mapping[str, Any]) -> None:
+    """EvidentialRAG's evaluator is a configured model and its thresholds are ordered."""
     evidential = checked["evidential"]
     if evidential["evaluator"] is not None and evidential["evaluator"] not in checked["models"]:
         raise ConfigError(
@@ -185,6 +208,10 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
                 f"config key 'evidential.tau_grid' has the pair [{tau1}, {tau2}]: tau1 must be "
                 "below tau2"
             )
+
+
+def _check_contexts(checked: Mapping[str, Any]) -> None:
+    """QX has room for its two passages; Q50's gold passages fit in the context."""
     contexts = checked["contexts"]
     if "QX" in checked["generation"]["conditions"] and contexts["n_passages"] < 2:
         raise ConfigError(
@@ -196,4 +223,23 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
             "config key 'contexts.n_gold_q50' must not exceed 'contexts.n_passages' "
             f"({contexts['n_gold_q50']} > {contexts['n_passages']})"
         )
+
+
+def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a validated copy of ``config`` with defaults filled in.
+
+    Raises ConfigError naming the offending key; cross-references (an asset named by a
+    model, dataset or encoder) are checked too. The checks run in a fixed order, so a
+    config with several faults names the same one each time.
+    """
+    checked = copy.deepcopy(dict(config))
+    _check_hub_revisions(checked)
+    _check_schema(checked)
+    _check_asset_files(checked["assets"])
+    _check_models_and_retrieval(checked)
+    _check_ner_and_nli(checked)
+    _check_dataset_references(checked)
+    _check_seed_sensitivity(checked)
+    _check_evidential(checked)
+    _check_contexts(checked)
     return checked

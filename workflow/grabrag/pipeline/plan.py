@@ -15,8 +15,9 @@ from typing import Any
 
 from grabrag.core import registry
 from grabrag.core.conditions import CLOSED_BOOK, SEED_COMPARED
-from grabrag.core.plugins import load_modules
-from grabrag.data.assets import asset_bytes, human_bytes
+from grabrag.core.plugins import config_modules, load_modules
+from grabrag.data.asset_checks import human_bytes
+from grabrag.data.asset_hub import asset_bytes
 
 
 def used_assets(config: Mapping[str, Any]) -> list[str]:
@@ -37,11 +38,114 @@ def used_assets(config: Mapping[str, Any]) -> list[str]:
 
 def _scoped(config: Mapping[str, Any], section: str) -> tuple[list[str], list[str]]:
     """(the configured policies a method section scopes, the datasets it runs on)."""
-    load_modules(config["policies"].get("modules") or [])
+    load_modules(config_modules(config))
     policies = [p for p in config["policies"]["names"] if registry.policy(p).scope == section]
     chosen = config[section].get("datasets")
     datasets = [d for d in config["datasets"] if chosen is None or d in chosen]
     return policies, datasets if policies else []
+
+
+def _nli_row(
+    config: Mapping[str, Any], m: int, n_by_dataset: Mapping[str, int], conditions: list[str]
+) -> dict[str, Any]:
+    """P4's verifier: at most one pair per passage of each question and condition."""
+    backend = config["nli"]["backend"]
+    questions = sum(n_by_dataset.values())
+    k = config["contexts"]["n_passages"]
+    return {
+        "rule": "nli",
+        "llm": backend == "llm",
+        "jobs": m * len(n_by_dataset) * len(conditions),
+        "calls": m * questions * len(conditions) * k,
+        "how": f"{backend} verifier: at most one premise-hypothesis pair per passage "
+        "where the CB answer is confident",
+    }
+
+
+def _evidential_rows(
+    config: Mapping[str, Any], m: int, n_by_dataset: Mapping[str, int], conditions: list[str]
+) -> list[dict[str, Any]]:
+    """EvidentialRAG's evaluator calls (one per passage) and generator calls (one per
+    question and policy), on the datasets its section scopes; none without its policies."""
+    evid, evid_datasets = _scoped(config, "evidential")
+    if not evid:
+        return []
+    k = config["contexts"]["n_passages"]
+    n = sum(n_by_dataset[d] for d in evid_datasets)
+    return [
+        {
+            "rule": "evidential_evaluate",
+            "jobs": m * len(evid_datasets) * len(conditions),
+            "calls": m * n * len(conditions) * k,
+            "how": f"one evaluator call per passage ({k})",
+        },
+        {
+            "rule": "evidential_generate",
+            "jobs": m * len(evid_datasets) * len(conditions),
+            "calls": m * n * len(conditions) * len(evid),
+            "how": f"one generator call per question for each of {', '.join(evid)}",
+        },
+    ]
+
+
+def _cdd_rows(
+    config: Mapping[str, Any], m: int, n_by_dataset: Mapping[str, int], conditions: list[str]
+) -> list[dict[str, Any]]:
+    """The CDD family's calls: the traces (CDD, CDD_ALPHA: steps 1-5 and what the settings
+    add) and one call per question for each baseline, on the datasets its section scopes."""
+    cdd, cdd_datasets = _scoped(config, "cdd")
+    if not cdd:
+        return []
+    rows = []
+    n = sum(n_by_dataset[d] for d in cdd_datasets)
+    settings = config["cdd"]
+    traces = [p for p in cdd if p in ("CDD", "CDD_ALPHA")]
+    baselines = [p for p in cdd if p not in traces]
+    if traces:
+        per = 4 + 5 * bool(settings["diagnostics"])
+        per += settings["parametric"] == "in_context"
+        per += settings["gate"] == "model" and "CDD_ALPHA" in traces
+        rows.append(
+            {
+                "rule": "cdd_generate",
+                "jobs": m * len(cdd_datasets) * len(conditions),
+                "calls": m * n * len(conditions) * per,
+                "how": f"at most {per} calls per question and condition (steps 1-5"
+                + (", the diagnostics' reruns" if settings["diagnostics"] else "")
+                + (", step 2 in context" if settings["parametric"] == "in_context" else "")
+                + (", the model gate" if settings["gate"] == "model" else "")
+                + ")",
+            }
+        )
+    if baselines:
+        rows.append(
+            {
+                "rule": "baselines_generate",
+                "jobs": m * len(cdd_datasets) * len(conditions),
+                "calls": m * n * len(conditions) * len(baselines),
+                "how": f"one call per question for each of {', '.join(baselines)}",
+            }
+        )
+    return rows
+
+
+def _seed_sensitivity_rows(
+    config: Mapping[str, Any], n_by_dataset: Mapping[str, int], conditions: list[str]
+) -> list[dict[str, Any]]:
+    """The seed-sensitivity rebuild's P0-P2 calls at the compared conditions, if any."""
+    sensitivity = config.get("seed_sensitivity")
+    if not sensitivity:
+        return []
+    compared = [c for c in SEED_COMPARED if c in conditions]
+    return [
+        {
+            "rule": "generate_context_prompts (seed sensitivity)",
+            "jobs": len(compared),
+            "calls": n_by_dataset[sensitivity["dataset"]] * len(compared) * 3,
+            "how": f"{sensitivity['model']} x {sensitivity['dataset']} rebuilt with seed "
+            f"{sensitivity['seed']}: P0-P2 at {', '.join(compared)}",
+        }
+    ]
 
 
 def model_calls(config: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -50,8 +154,6 @@ def model_calls(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     models = list(config["models"])
     n_by_dataset = {d: spec["n_questions"] for d, spec in config["datasets"].items()}
     conditions = [c for c in config["generation"]["conditions"] if c != CLOSED_BOOK]
-    k = config["contexts"]["n_passages"]
-    policies = config["policies"]["names"]
     m = len(models)
     questions = sum(n_by_dataset.values())
     rows = [
@@ -68,78 +170,11 @@ def model_calls(config: Mapping[str, Any]) -> list[dict[str, Any]]:
             "how": "one closed-book (CB) call per question",
         },
     ]
-    if "P4" in policies:
-        backend = config["nli"]["backend"]
-        rows.append(
-            {
-                "rule": "nli",
-                "llm": backend == "llm",
-                "jobs": m * len(n_by_dataset) * len(conditions),
-                "calls": m * questions * len(conditions) * k,
-                "how": f"{backend} verifier: at most one premise-hypothesis pair per passage "
-                "where the CB answer is confident",
-            }
-        )
-    evid, evid_datasets = _scoped(config, "evidential")
-    if evid:
-        n = sum(n_by_dataset[d] for d in evid_datasets)
-        rows += [
-            {
-                "rule": "evidential_evaluate",
-                "jobs": m * len(evid_datasets) * len(conditions),
-                "calls": m * n * len(conditions) * k,
-                "how": f"one evaluator call per passage ({k})",
-            },
-            {
-                "rule": "evidential_generate",
-                "jobs": m * len(evid_datasets) * len(conditions),
-                "calls": m * n * len(conditions) * len(evid),
-                "how": f"one generator call per question for each of {', '.join(evid)}",
-            },
-        ]
-    cdd, cdd_datasets = _scoped(config, "cdd")
-    if cdd:
-        n = sum(n_by_dataset[d] for d in cdd_datasets)
-        settings = config["cdd"]
-        traces = [p for p in cdd if p in ("CDD", "CDD_ALPHA")]
-        baselines = [p for p in cdd if p not in traces]
-        if traces:
-            per = 4 + 5 * bool(settings["diagnostics"])
-            per += settings["parametric"] == "in_context"
-            per += settings["gate"] == "model" and "CDD_ALPHA" in traces
-            rows.append(
-                {
-                    "rule": "cdd_generate",
-                    "jobs": m * len(cdd_datasets) * len(conditions),
-                    "calls": m * n * len(conditions) * per,
-                    "how": f"at most {per} calls per question and condition (steps 1-5"
-                    + (", the diagnostics' reruns" if settings["diagnostics"] else "")
-                    + (", step 2 in context" if settings["parametric"] == "in_context" else "")
-                    + (", the model gate" if settings["gate"] == "model" else "")
-                    + ")",
-                }
-            )
-        if baselines:
-            rows.append(
-                {
-                    "rule": "baselines_generate",
-                    "jobs": m * len(cdd_datasets) * len(conditions),
-                    "calls": m * n * len(conditions) * len(baselines),
-                    "how": f"one call per question for each of {', '.join(baselines)}",
-                }
-            )
-    sensitivity = config.get("seed_sensitivity")
-    if sensitivity:
-        compared = [c for c in SEED_COMPARED if c in conditions]
-        rows.append(
-            {
-                "rule": "generate_context_prompts (seed sensitivity)",
-                "jobs": len(compared),
-                "calls": n_by_dataset[sensitivity["dataset"]] * len(compared) * 3,
-                "how": f"{sensitivity['model']} x {sensitivity['dataset']} rebuilt with seed "
-                f"{sensitivity['seed']}: P0-P2 at {', '.join(compared)}",
-            }
-        )
+    if "P4" in config["policies"]["names"]:
+        rows.append(_nli_row(config, m, n_by_dataset, conditions))
+    rows += _evidential_rows(config, m, n_by_dataset, conditions)
+    rows += _cdd_rows(config, m, n_by_dataset, conditions)
+    rows += _seed_sensitivity_rows(config, n_by_dataset, conditions)
     return rows
 
 

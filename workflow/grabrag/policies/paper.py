@@ -44,37 +44,9 @@ answer "" (the prompt's "leave the answer empty").
 Rows are matched by qid. Every question of the P1 cell needs a CB row (and, for P4, an
 NLI row); a missing one is a DataError naming the qids and the kind of file.
 
-* EVID and EVID_CB (EvidentialRAG, :mod:`grabrag.evidential.runs`) read their own rows
-  (``results/evidential/.../{EVID,EVID_CB}.jsonl``: the fused state, the route and the
-  generator's output). The decision follows the route (the seed's refusal definition):
-
-  ==========================================  ==========  ===========  =======================
-  route / generator output                    decision    confidence   rule
-  ==========================================  ==========  ===========  =======================
-  direct, generator output unparseable        None        None         ``parse_failed``
-  direct, generator abstained                 abstain     0            ``generator_abstained``
-  direct, generator answered                  its answer  max fused b  ``evidential_direct``
-  conflict_aware (tau1 <= U_global < tau2)    abstain     0            ``conflict_aware``
-  abstain (U_global >= tau2)                  abstain     0            ``evidential_abstain``
-  ==========================================  ==========  ===========  =======================
-
-  The confidence of an answer is Eq. 27 on the 0-100 scale
-  (:func:`grabrag.evidential.method.evid_confidence`: 100 x the largest fused singleton mass),
-  not the generator's self-reported one. Every EVID row, whatever its route, also
-  carries ``fused_confidence`` (Eq. 27) and ``selected_claim`` (the highest-mass claim,
-  None without one), which EvidentialRAG's ECE (Eq. 26,
-  :func:`grabrag.scoring.metrics.ece_mean`) scores; ``confidence`` keeps GRAB-RAG's convention
-  (0 for an abstention) for GRAB-RAG's own AURC/ECE. On the conflict-aware and abstain routes the
-  generator was told to abstain, so its output (parsed or not) does not change the
-  decision.
-
-* CDD, CDD_ALPHA and the prompt-only baselines CAI, SHAM, REFLECT, FILTER
-  (:mod:`grabrag.cdd.runs`): CDD takes its full run's step-5 decision, answer and
-  confidence (rule ``cdd_resolved``; ``parse_failed`` when step 5 could not be parsed);
-  CDD_ALPHA takes the CDD row for a question its contradiction gate routes (step-1 vs
-  parametric answer: the stored model judgement, or the lexical score) and the P1
-  generation row otherwise (rule ``gate_bypass``), with
-  no new model call; each baseline passes its own generation row through like P0-P2.
+The decision-row shape and the rule names are shared with the other methods' policies
+(:mod:`grabrag.policies.rows`); EvidentialRAG's policies decide in
+:mod:`grabrag.evidential.decisions`, CDD's in :mod:`grabrag.cdd.decisions`.
 """
 
 from __future__ import annotations
@@ -82,16 +54,27 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from grabrag.cdd import runs as cdd_runs
-from grabrag.core import registry as R
 from grabrag.core.errors import DataError
-from grabrag.evidential.method import ROUTES, evid_confidence, selected_claim
-from grabrag.scoring.metrics import token_f1
+from grabrag.policies.rows import (
+    ABSTAIN,
+    ANSWER,
+    CB_PARSE_FAILED,
+    CB_UNRELIABLE,
+    CONTRADICTION,
+    F1_AGREE,
+    F1_CONFLICT,
+    GENERATED,
+    NLI_CONSISTENT,
+    NLI_CONTRADICTION,
+    P1_ABSTAINED,
+    abstain_row,
+    decision_row,
+    is_failed,
+    p1_answer_row,
+    parse_failed_row,
+)
+from grabrag.scoring.answers import token_f1
 
-EVIDENTIAL = ("EVID", "EVID_CB")
-# CDD, CDD-alpha and the prompt-only baselines: see grabrag.cdd.runs.
-CDD, CDD_ALPHA = cdd_runs.CDD, cdd_runs.CDD_ALPHA
-CDD_BASELINES = cdd_runs.BASELINE_POLICIES
 SINGLE_PASS = ("P0", "P1", "P2")
 CLOSED_BOOK = "CB"
 NLI = "NLI"
@@ -114,62 +97,16 @@ def p3_sweep_grid(threshold: float, cutoff: float) -> dict[str, list[float]]:
     }
 
 
-ANSWER, ABSTAIN = "answer", "abstain"
-CONTRADICTION = "contradiction"
-
-# Rules (the ``rule`` column).
-GENERATED = "generated"
-PARSE_FAILED = "parse_failed"
-P1_ABSTAINED = "p1_abstained"
-CB_UNRELIABLE = "cb_unreliable"
-CB_PARSE_FAILED = "cb_parse_failed"
-F1_AGREE = "f1_agree"
-F1_CONFLICT = "f1_conflict"
-NLI_CONTRADICTION = "nli_contradiction"
-NLI_CONSISTENT = "nli_consistent"
-EVIDENTIAL_DIRECT = "evidential_direct"
-GENERATOR_ABSTAINED = "generator_abstained"
-CONFLICT_AWARE = "conflict_aware"
-EVIDENTIAL_ABSTAIN = "evidential_abstain"
-EVIDENTIAL_RULES = (
-    EVIDENTIAL_DIRECT,
-    GENERATOR_ABSTAINED,
-    PARSE_FAILED,
-    CONFLICT_AWARE,
-    EVIDENTIAL_ABSTAIN,
-)
-RULES = (
-    GENERATED,
-    PARSE_FAILED,
-    P1_ABSTAINED,
-    CB_UNRELIABLE,
-    CB_PARSE_FAILED,
-    F1_AGREE,
-    F1_CONFLICT,
-    NLI_CONTRADICTION,
-    NLI_CONSISTENT,
-    EVIDENTIAL_DIRECT,
-    GENERATOR_ABSTAINED,
-    CONFLICT_AWARE,
-    EVIDENTIAL_ABSTAIN,
-)
-
 _KINDS = {
     "P0": "P0 generation",
     "P1": "P1 generation (context pass)",
     "P2": "P2 generation",
     CLOSED_BOOK: "closed-book (CB) generation",
     NLI: "NLI",
-    "EVID": "EVID (EvidentialRAG)",
-    "EVID_CB": "EVID_CB (EvidentialRAG + closed-book source)",
 }
 
 
 # --- row checks ------------------------------------------------------------------------
-
-
-def _failed(row: Mapping[str, Any]) -> bool:
-    return row.get("decision") is None or row.get("parse_status") == "failed"
 
 
 def _check_generation_rows(rows: Sequence[Mapping[str, Any]], kind: str) -> None:
@@ -193,7 +130,7 @@ def _check_generation_rows(rows: Sequence[Mapping[str, Any]], kind: str) -> None
         decision = row["decision"]
         if decision not in (ANSWER, ABSTAIN, None):
             raise DataError(f"{label} row for qid {qid}: unknown decision {decision!r}")
-        if decision is not None and not _failed(row):
+        if decision is not None and not is_failed(row):
             confidence = row["confidence"]
             if isinstance(confidence, bool) or not isinstance(confidence, int | float):
                 raise DataError(
@@ -226,40 +163,6 @@ def _by_qid(
     return index
 
 
-def _decision_row(
-    base: Mapping[str, Any],
-    policy: str,
-    decision: str | None,
-    answer: str | None,
-    confidence: float | None,
-    rule: str,
-    **extra: Any,
-) -> dict[str, Any]:
-    return {
-        "qid": base["qid"],
-        "index": base.get("index"),
-        "condition": base.get("condition"),
-        "policy": policy,
-        "decision": decision,
-        "answer": answer,
-        "confidence": confidence,
-        "rule": rule,
-        **extra,
-    }
-
-
-def _abstain(base: Mapping[str, Any], policy: str, rule: str, **extra: Any) -> dict[str, Any]:
-    return _decision_row(base, policy, ABSTAIN, "", 0, rule, **extra)
-
-
-def _p1_answer(base: Mapping[str, Any], policy: str, rule: str, **extra: Any) -> dict[str, Any]:
-    return _decision_row(base, policy, ANSWER, base["answer"], base["confidence"], rule, **extra)
-
-
-def _parse_failed(base: Mapping[str, Any], policy: str, **extra: Any) -> dict[str, Any]:
-    return _decision_row(base, policy, None, None, None, PARSE_FAILED, **extra)
-
-
 # --- P0, P1, P2 -----------------------------------------------------------------------
 
 
@@ -270,11 +173,11 @@ def single_pass_decisions(rows: Sequence[Mapping[str, Any]], policy: str) -> lis
     _check_generation_rows(rows, policy)
     out = []
     for row in rows:
-        if _failed(row):
-            out.append(_parse_failed(row, policy))
+        if is_failed(row):
+            out.append(parse_failed_row(row, policy))
         else:
             out.append(
-                _decision_row(
+                decision_row(
                     row, policy, row["decision"], row["answer"], row["confidence"], GENERATED
                 )
             )
@@ -288,14 +191,14 @@ def _cb_gate(
     p1: Mapping[str, Any], cb: Mapping[str, Any], policy: str, cutoff: float
 ) -> dict[str, Any] | None:
     """P3 and P4's first two gates; None when the CB pass is confident and answered."""
-    if _failed(p1):
-        return _parse_failed(p1, policy)
+    if is_failed(p1):
+        return parse_failed_row(p1, policy)
     if p1["decision"] == ABSTAIN:
-        return _abstain(p1, policy, P1_ABSTAINED)
-    if _failed(cb):
-        return _p1_answer(p1, policy, CB_PARSE_FAILED)
+        return abstain_row(p1, policy, P1_ABSTAINED)
+    if is_failed(cb):
+        return p1_answer_row(p1, policy, CB_PARSE_FAILED)
     if cb["decision"] == ABSTAIN or cb["confidence"] < cutoff:
-        return _p1_answer(p1, policy, CB_UNRELIABLE)
+        return p1_answer_row(p1, policy, CB_UNRELIABLE)
     return None
 
 
@@ -316,8 +219,8 @@ def p3_decision(
         return {**gated, "f1": None}
     f1 = agreement_f1(p1["answer"], cb["answer"])
     if f1 >= threshold - F1_TOLERANCE:
-        return _p1_answer(p1, "P3", F1_AGREE, f1=f1)
-    return _abstain(p1, "P3", F1_CONFLICT, f1=f1)
+        return p1_answer_row(p1, "P3", F1_AGREE, f1=f1)
+    return abstain_row(p1, "P3", F1_CONFLICT, f1=f1)
 
 
 def p3_decisions(
@@ -369,8 +272,8 @@ def p4_decision(
         raise DataError(f"no NLI row for qid {p1['qid']}; P4 needs one (rerun the NLI rule)")
     labels = _check_nli_row(nli, cb)
     if CONTRADICTION in labels:
-        return _abstain(p1, "P4", NLI_CONTRADICTION, nli_labels=labels)
-    return _p1_answer(p1, "P4", NLI_CONSISTENT, nli_labels=labels)
+        return abstain_row(p1, "P4", NLI_CONTRADICTION, nli_labels=labels)
+    return p1_answer_row(p1, "P4", NLI_CONSISTENT, nli_labels=labels)
 
 
 def p4_decisions(
@@ -388,226 +291,30 @@ def p4_decisions(
     return [p4_decision(row, cb[row["qid"]], nli[row["qid"]], cutoff) for row in p1_rows]
 
 
-# --- EVID, EVID_CB --------------------------------------------------------------------
+# --- the decide functions the registry names (grabrag.core.registry.BUILTIN) ------------
 
 
-def evidential_decision(row: Mapping[str, Any], policy: str) -> dict[str, Any]:
-    """The decision row of one EVID / EVID_CB row (table in the module docstring)."""
-    qid = row.get("qid")
-    label = _KINDS[policy]
-    for column in ("qid", "route", "fused_b", "generator_decision", "generator_answer"):
-        if column not in row:
-            raise DataError(f"{label} row for qid {qid}: column {column!r} is missing")
-    if row.get("policy") not in (None, policy):
-        raise DataError(
-            f"{label} rows: qid {qid} comes from {row['policy']!r}, expected {policy!r}; "
-            "the rule was given the wrong evidential file"
-        )
-    route = row["route"]
-    if route not in ROUTES:
-        raise DataError(f"{label} row for qid {qid}: unknown route {route!r}")
-    frame = row.get("frame") or []
-    extra = {
-        "route": route,
-        "u_global": row.get("u_global"),
-        # Eq. 27 on every route (EvidentialRAG's ECE scores routed abstentions too).
-        "fused_confidence": evid_confidence(row["fused_b"]),
-        "selected_claim": selected_claim(frame, row["fused_b"]) if frame else None,
-    }
-    if route == "conflict_aware":
-        return _abstain(row, policy, CONFLICT_AWARE, **extra)
-    if route == "abstain":
-        return _abstain(row, policy, EVIDENTIAL_ABSTAIN, **extra)
-    decision = row["generator_decision"]
-    if decision is None or row.get("parse_status") == "failed":
-        return _parse_failed(row, policy, **extra)
-    if decision == ABSTAIN:
-        return _abstain(row, policy, GENERATOR_ABSTAINED, **extra)
-    if decision != ANSWER or not isinstance(row["generator_answer"], str):
-        raise DataError(f"{label} row for qid {qid}: unknown generator decision {decision!r}")
-    confidence = evid_confidence(row["fused_b"])
-    return _decision_row(
-        row, policy, ANSWER, row["generator_answer"], confidence, EVIDENTIAL_DIRECT, **extra
-    )
+def decide_p0(inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return single_pass_decisions(inputs["P0"], "P0")
 
 
-def evidential_decisions(rows: Sequence[Mapping[str, Any]], policy: str) -> list[dict[str, Any]]:
-    """EVID or EVID_CB for every question of its evidential file, in its order."""
-    if policy not in EVIDENTIAL:
-        raise ValueError(f"{policy!r} is not an evidential policy ({', '.join(EVIDENTIAL)})")
-    seen: set[str] = set()
-    out = []
-    for row in rows:
-        if row.get("qid") in seen:
-            raise DataError(f"{_KINDS[policy]} rows: qid {row['qid']} appears more than once")
-        seen.add(row.get("qid"))
-        out.append(evidential_decision(row, policy))
-    return out
+def decide_p1(inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return single_pass_decisions(inputs["P1"], "P1")
 
 
-# --- the built-in policies, registered in the order tables and figures list them ---------
+def decide_p2(inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return single_pass_decisions(inputs["P2"], "P2")
 
 
-def _single_pass(name: str) -> R.Decide:
-    return lambda inputs, settings: single_pass_decisions(inputs[name], name)
-
-
-def _p3(inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+def decide_p3(inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
     cutoff = settings.get("cutoff", CONFIDENCE_CUTOFF)
     threshold = settings.get("threshold", F1_THRESHOLD)
     return p3_decisions(inputs["P1"], inputs[CLOSED_BOOK], cutoff, threshold)
 
 
-def _p4(inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+def decide_p4(inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
     cutoff = settings.get("cutoff", CONFIDENCE_CUTOFF)
     return p4_decisions(inputs["P1"], inputs[CLOSED_BOOK], inputs[NLI], cutoff)
-
-
-def _evidential(name: str) -> R.Decide:
-    return lambda inputs, settings: evidential_decisions(inputs[name], name)
-
-
-def _cdd_alpha(inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """``gate``, ``gate_threshold``: the contradiction gate ("model" or "lexical") and the
-    lexical gate's threshold (absent or None: grabrag.cdd.method's defaults, the lexical gate)."""
-    limit = settings.get("gate_threshold")
-    limit = cdd_runs.C.GATE_THRESHOLD if limit is None else limit
-    return cdd_runs.cdd_alpha_decisions(
-        inputs["P1"], inputs[CDD], limit, settings.get("gate") or cdd_runs.C.LEXICAL
-    )
-
-
-def _baseline(name: str) -> R.Decide:
-    return lambda inputs, settings: cdd_runs.baseline_decisions(inputs[name], name)
-
-
-def _cb_settings(*keys: str):
-    names = {"cutoff": "confidence_cutoff", "threshold": "f1_threshold"}
-    return lambda config: {key: config["policies"][names[key]] for key in keys}
-
-
-def _gate_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    return {"gate_threshold": config["cdd"]["gate_threshold"], "gate": config["cdd"]["gate"]}
-
-
-_P1_CB = {"P1": R.GENERATION, CLOSED_BOOK: R.CLOSED_BOOK}
-BUILTIN = (
-    R.Policy("P0", _single_pass("P0"), {"P0": R.GENERATION}, "P0 (none)", colour="#4c72b0"),
-    R.Policy("P1", _single_pass("P1"), {"P1": R.GENERATION}, "P1 (IDK)", colour="#dd8452"),
-    R.Policy("P2", _single_pass("P2"), {"P2": R.GENERATION}, "P2 (CoT)", colour="#55a868"),
-    R.Policy(
-        "P3",
-        _p3,
-        _P1_CB,
-        "P3 (conflict)",
-        colour="#c44e52",
-        settings=_cb_settings("cutoff", "threshold"),
-    ),
-    R.Policy(
-        "P4",
-        _p4,
-        {**_P1_CB, NLI: R.NLI},
-        "P4 (NLI)",
-        colour="#8172b3",
-        settings=_cb_settings("cutoff"),
-    ),
-    R.Policy(
-        "EVID",
-        _evidential("EVID"),
-        {"EVID": R.EVIDENTIAL},
-        title="EVID (EvidentialRAG)",
-        colour="#937860",
-        scope="evidential",
-    ),
-    R.Policy(
-        "EVID_CB",
-        _evidential("EVID_CB"),
-        {"EVID_CB": R.EVIDENTIAL},
-        "EVID+CB",
-        "EVID+CB",
-        title="EVID+CB (+ closed-book source)",
-        colour="#da8bc3",
-        scope="evidential",
-    ),
-    R.Policy(
-        CDD,
-        lambda inputs, settings: cdd_runs.cdd_decisions(inputs[CDD]),
-        {CDD: R.CDD_TRACES},
-        colour="#1b9e77",
-        scope="cdd",
-        in_policy_tables=False,
-    ),
-    R.Policy(
-        CDD_ALPHA,
-        _cdd_alpha,
-        {"P1": R.GENERATION, CDD: R.CDD_TRACES},
-        "CDD-alpha",
-        "CDD-alpha",
-        colour="#66a61e",
-        settings=_gate_settings,
-        scope="cdd",
-        in_policy_tables=False,
-    ),
-    *(
-        R.Policy(
-            name,
-            _baseline(name),
-            {name: R.CDD_CELL},
-            label,
-            colour=colour,
-            scope="cdd",
-            in_policy_tables=False,
-        )
-        for name, label, colour in (
-            ("CAI", "CAI (conflict-aware)", "#e7298a"),
-            ("SHAM", "SHAM (sham CoT)", "#7f7f7f"),
-            ("REFLECT", "REFLECT (reflection)", "#e6ab02"),
-            ("FILTER", "FILTER (prompt-filtered)", "#17becf"),
-        )
-    ),
-)
-for _policy in BUILTIN:
-    R.register(_policy)
-
-
-# --- one entry point for the rules ----------------------------------------------------
-
-
-def decide(
-    policy: str,
-    inputs: Mapping[str, Sequence[Mapping[str, Any]]],
-    settings: Mapping[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    """Decision rows of the registered ``policy`` from ``inputs`` keyed as its
-    :attr:`grabrag.core.registry.Policy.inputs`; ``settings`` as its ``settings(config)``
-    returns them (absent ones take the defaults)."""
-    spec = R.policy(policy)
-    missing = [key for key in spec.inputs if key not in inputs]
-    if missing:
-        raise ValueError(f"policy {policy} needs inputs {', '.join(missing)}")
-    return spec.decide(inputs, settings or {})
-
-
-def with_cell(
-    rows: Sequence[Mapping[str, Any]], model: str, dataset: str, condition: str, policy: str
-) -> list[dict[str, Any]]:
-    """Decision rows led by the cell they belong to (model, dataset, condition, policy),
-    so every decision file loads into one frame and filters. A row that names another
-    condition or policy is a policy bug, reported as such."""
-    out = []
-    for row in rows:
-        for key, value in (("condition", condition), ("policy", policy)):
-            if row.get(key, value) != value:
-                raise ValueError(
-                    f"policy {policy}: a decision row for question {row.get('qid')!r} says "
-                    f"{key} {row[key]!r}, but the cell is {condition}/{policy}; its decide "
-                    "function must return the rows of the cell it was given"
-                )
-        rest = {k: v for k, v in row.items() if k not in ("condition", "policy")}
-        out.append(
-            {"model": model, "dataset": dataset, "condition": condition, "policy": policy, **rest}
-        )
-    return out
 
 
 # --- Table 12 sweep -------------------------------------------------------------------

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from functools import cached_property
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +17,18 @@ import polars as pl  # noqa: E402
 from grabrag.core import registry  # noqa: E402
 from grabrag.core.conditions import NAMES as CONDITIONS  # noqa: E402
 from grabrag.core.conditions import SHOULD_ABSTAIN  # noqa: E402
-from grabrag.core.io import atomic_write, read_jsonl  # noqa: E402
-from grabrag.core.registry import Features  # noqa: E402
-from grabrag.evaluation.results import read_metrics, read_sweeps  # noqa: E402
+from grabrag.core.io import atomic_write  # noqa: E402
+from grabrag.core.outputs import (  # noqa: E402
+    CONTEXTS,
+    DECISIONS,
+    EVID_SWEEPS,
+    METRICS,
+    METRICS_OVER_DATASETS,
+    P3_SWEEPS,
+)
+from grabrag.report.specs import FigureSpec, Sources  # noqa: E402
 from grabrag.report.tabular import group_means, in_order, same_float, where  # noqa: E402
-from grabrag.scoring.metrics import confidence_and_correct, reliability_bins, risk_coverage  # noqa: E402
+from grabrag.scoring.calibration import confidence_and_correct, reliability_bins, risk_coverage  # noqa: E402
 
 # Colours of registered policies that name none, in registration order.
 SPARE_COLOURS = ("#000000", "#a6761d", "#6a3d9a", "#b15928", "#1f78b4", "#fb9a99")
@@ -415,129 +420,64 @@ def lambda_sweep_figure(sweep: pl.DataFrame, lam: float, tau1: float, tau2: floa
     return fig
 
 
-# --- the figures, declared once --------------------------------------------------------------
+# --- the figures this module declares (grabrag.report.specs) -------------------------------
 
 
-class Sources:
-    """What the figures read, each loaded on first use: the figure rule's input files by
-    input name, the cell each per-cell file is about, and the config settings the figure
-    declares (:class:`FigureSpec` ``settings``) by name."""
-
-    def __init__(
-        self,
-        files: Mapping[str, Sequence[str]],
-        cells: Mapping[str, Sequence[Mapping[str, str]]],
-        settings: Mapping[str, Mapping[str, Any]],
-    ) -> None:
-        self.files, self.cells, self.settings = files, cells, settings
-
-    @cached_property
-    def metrics(self) -> pl.DataFrame:
-        return read_metrics(self.files["metrics"])
-
-    def sweeps(self, name: str) -> pl.DataFrame:
-        return read_sweeps(self.files[name], self.cells[name])
-
-    def scored(self) -> dict[tuple[str, str, str], tuple[list[float], list[bool]]]:
-        """(model, dataset, policy) -> pooled (confidence, correct) over the conditions."""
-        gold = {
-            (cell["dataset"], cell["condition"]): {r["qid"]: r["answers"] for r in read_jsonl(p)}
-            for cell, p in zip(self.cells["contexts"], self.files["contexts"], strict=True)
-        }
-        pooled: dict[tuple[str, str, str], tuple[list[float], list[bool]]] = {}
-        for cell, path in zip(self.cells["decisions"], self.files["decisions"], strict=True):
-            dataset, condition = cell["dataset"], cell["condition"]
-            conf, correct = confidence_and_correct(
-                read_jsonl(path), gold[(dataset, condition)], condition
-            )
-            key = (cell["model"], dataset, cell["policy"])
-            pooled.setdefault(key, ([], []))
-            pooled[key][0].extend(conf)
-            pooled[key][1].extend(correct)
-        return pooled
+def scored(s: Sources) -> dict[tuple[str, str, str], tuple[list[float], list[bool]]]:
+    """(model, dataset, policy) -> pooled (confidence, correct) over the conditions."""
+    gold = {
+        (cell["dataset"], cell["condition"]): {r["qid"]: r["answers"] for r in rows}
+        for cell, rows in s.read(CONTEXTS)
+    }
+    pooled: dict[tuple[str, str, str], tuple[list[float], list[bool]]] = {}
+    for cell, rows in s.read(DECISIONS):
+        dataset, condition = cell["dataset"], cell["condition"]
+        conf, correct = confidence_and_correct(rows, gold[(dataset, condition)], condition)
+        key = (cell["model"], dataset, cell["policy"])
+        pooled.setdefault(key, ([], []))
+        pooled[key][0].extend(conf)
+        pooled[key][1].extend(correct)
+    return pooled
 
 
-def _risk_coverage(sources: Sources) -> Any:
-    return risk_coverage_figure(
-        {key: risk_coverage(*pair) for key, pair in sources.scored().items()}
-    )
+def _risk_coverage(s: Sources) -> Any:
+    return risk_coverage_figure({key: risk_coverage(*pair) for key, pair in scored(s).items()})
 
 
-def _reliability(sources: Sources) -> Any:
+def _reliability(s: Sources) -> Any:
     by_policy: dict[str, tuple[list[float], list[bool]]] = {}
-    for (_, _, policy), (conf, correct) in sources.scored().items():
+    for (_, _, policy), (conf, correct) in scored(s).items():
         by_policy.setdefault(policy, ([], []))
         by_policy[policy][0].extend(conf)
         by_policy[policy][1].extend(correct)
     return reliability_figure({p: reliability_bins(*pair) for p, pair in by_policy.items()})
 
 
-# What a figure reads besides the metric tables (the rules turn each into files):
-P3_SWEEPS = "p3_sweeps"  # policies/<m>/<d>/P3_sweep.csv
-EVID_SWEEPS = "evid_sweeps"  # evidential/<m>/<d>/sweep.csv
-DECISIONS = "decisions"  # every decision file, with the context rows for their gold answers
-
-# The config settings a figure can draw with (the rules pass each figure only its own):
-P3 = "p3"  # policies.confidence_cutoff and policies.f1_threshold as cutoff and threshold
-FUSION = "fusion"  # evidential.lam, tau1, tau2
+def _p3_sweep(s: Sources) -> Any:
+    p3 = s.setting("p3")
+    return p3_sweep_figure(s.read(P3_SWEEPS), p3["cutoff"], p3["threshold"])
 
 
-@dataclass(frozen=True)
-class FigureSpec:
-    """One figure: its name (``results/figures/<name>.pdf``/``.png``; its caption is in
-    ``workflow/report/figure.rst``), how it is drawn from the :class:`Sources`, what it
-    reads besides the metrics, and when a config produces it. ``averaged``: it reads the
-    metrics averaged over the datasets instead of each dataset's. ``settings``: the config
-    settings it draws with (:data:`P3`, :data:`FUSION`), in ``Sources.settings`` by name; its
-    caption reads the same settings from the config."""
-
-    name: str
-    draw: Callable[[Sources], Any]
-    reads: tuple[str, ...] = ()
-    averaged: bool = False
-    when: Callable[[Features], bool] = lambda features: True
-    settings: tuple[str, ...] = ()
+def _lambda_sweep(s: Sources) -> Any:
+    fusion = s.setting("fusion")
+    return lambda_sweep_figure(s.read(EVID_SWEEPS), fusion["lam"], fusion["tau1"], fusion["tau2"])
 
 
+_SCORED = (DECISIONS, CONTEXTS)
 FIGURES = (
+    # Figure 2 averages the datasets, with CIs from the metrics' resamples.
     FigureSpec(
-        "abstention_by_condition", lambda s: abstention_by_condition(s.metrics), averaged=True
+        "abstention_by_condition",
+        lambda s: abstention_by_condition(s.read(METRICS_OVER_DATASETS)),
+        (METRICS_OVER_DATASETS,),
     ),
-    FigureSpec("abstention_by_dataset", lambda s: abstention_by_dataset(s.metrics)),
     FigureSpec(
-        "p3_sweep",
-        lambda s: p3_sweep_figure(
-            s.sweeps(P3_SWEEPS), s.settings[P3]["cutoff"], s.settings[P3]["threshold"]
-        ),
-        (P3_SWEEPS,),
-        settings=(P3,),
+        "abstention_by_dataset", lambda s: abstention_by_dataset(s.read(METRICS)), (METRICS,)
     ),
-    FigureSpec("risk_coverage", _risk_coverage, (DECISIONS,)),
-    FigureSpec("reliability", _reliability, (DECISIONS,)),
-    FigureSpec("qc_breakdown", lambda s: qc_breakdown_figure(s.metrics)),
-    FigureSpec(
-        "lambda_sweep",
-        lambda s: lambda_sweep_figure(
-            s.sweeps(EVID_SWEEPS),
-            s.settings[FUSION]["lam"],
-            s.settings[FUSION]["tau1"],
-            s.settings[FUSION]["tau2"],
-        ),
-        (EVID_SWEEPS,),
-        when=lambda f: f.evidential,
-        settings=(FUSION,),
-    ),
+    FigureSpec("p3_sweep", _p3_sweep, (P3_SWEEPS,), ("p3",)),
+    FigureSpec("risk_coverage", _risk_coverage, _SCORED),
+    FigureSpec("reliability", _reliability, _SCORED),
+    FigureSpec("qc_breakdown", lambda s: qc_breakdown_figure(s.read(METRICS)), (METRICS,)),
+    FigureSpec("lambda_sweep", _lambda_sweep, (EVID_SWEEPS,), ("fusion",), lambda f: f.evidential),
 )
-"""Every figure, in the order a run lists them."""
-
-
-def figure_spec(name: str) -> FigureSpec:
-    by_name = {spec.name: spec for spec in FIGURES}
-    if name not in by_name:
-        raise ValueError(f"unknown figure {name!r}; known: {', '.join(by_name)}")
-    return by_name[name]
-
-
-def figure_names(features: Features) -> list[str]:
-    """The figures a config with these features produces."""
-    return [spec.name for spec in FIGURES if spec.when(features)]
+"""Every figure of the paper, in the order a run lists them."""

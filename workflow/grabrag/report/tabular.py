@@ -38,19 +38,23 @@ NAN = float("nan")
 _ORDER: ContextVar[Mapping[str, Sequence[str]] | None] = ContextVar("grabrag_order", default=None)
 
 
-def render_caption(template: str, config: Mapping[str, Any]) -> str:
-    """A caption file's text for the Markdown and LaTeX tables: its Jinja2 expressions
-    rendered as Snakemake's report renders them (``snakemake.config`` is the config), on
-    one line ("\\@" in the file keeps reStructuredText from making "HwSA@QC" an e-mail
-    link)."""
+def render_rst(template: str, config: Mapping[str, Any]) -> str:
+    """A caption file's reStructuredText with its Jinja2 expressions rendered as
+    Snakemake's report renders them (``snakemake.config`` is the config): what the report
+    shows for it."""
     from types import SimpleNamespace
 
     import jinja2
 
-    text = jinja2.Template(template, undefined=jinja2.StrictUndefined).render(
+    return jinja2.Template(template, undefined=jinja2.StrictUndefined).render(
         snakemake=SimpleNamespace(config=config)
     )
-    return " ".join(text.split()).replace("\\@", "@")
+
+
+def render_caption(template: str, config: Mapping[str, Any]) -> str:
+    """A caption file's text for the Markdown and LaTeX tables: :func:`render_rst` on one
+    line ("\\@" in the file keeps reStructuredText from making "HwSA@QC" an e-mail link)."""
+    return " ".join(render_rst(template, config).split()).replace("\\@", "@")
 
 
 @contextmanager
@@ -413,32 +417,3 @@ def group_means(
         key: {c: float(np.mean(v)) if v else NAN for c, v in values.items()}
         for key, values in sorted(groups.items())
     }
-
-
-def read_csvs(
-    paths: Iterable[str | Path],
-    strings: Sequence[str] = (),
-    labels: Iterable[Mapping[str, str]] | None = None,
-    integers: Sequence[str] = (),
-    floats: Sequence[str] | None = None,
-) -> pl.DataFrame:
-    """CSV files as one frame: the ``strings`` columns as text, the ``integers`` as
-    integers, every other column as a float (an empty field or "nan" is missing); with
-    ``floats``, only those columns (and the ``integers``) are numbers and every other is
-    text. Columns a file lacks are missing in its rows. With ``labels``, one dict per file
-    whose items become constant columns (the file's model and dataset, say)."""
-    paths = list(paths)
-    constants = list(labels) if labels is not None else [{}] * len(paths)
-    frames = []
-    for path, constant in zip(paths, constants, strict=True):
-        frame = pl.read_csv(path, infer_schema=False)
-        numbers = [
-            c
-            for c in frame.columns
-            if c in integers or (c in floats if floats is not None else c not in strings)
-        ]
-        frame = frame.with_columns(
-            pl.col(c).cast(pl.Int64 if c in integers else pl.Float64) for c in numbers
-        ).with_columns(pl.lit(value, dtype=pl.String).alias(k) for k, value in constant.items())
-        frames.append(frame)
-    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()

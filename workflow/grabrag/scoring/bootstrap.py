@@ -12,7 +12,7 @@ matrix W (one per dataset, from a fixed seed) and the n x K matrix X of all colu
 group of statistics needs, ``W @ X`` gives all B x K resampled totals in one matrix
 product; means, ratios (FAC on the capability set, HwSA on a subset, shares of answered
 rows), differences, and AURC/ECE from per-confidence-level counts
-(:func:`grabrag.scoring.metrics.aurc_from_levels`) are then cheap array arithmetic on those
+(:func:`grabrag.scoring.calibration.aurc_from_levels`) are then cheap array arithmetic on those
 totals. The point estimate is the same statistic on the plain totals (w = 1).
 
 Interval: percentile method, the (1-level)/2 and (1+level)/2 quantiles of the B resampled
