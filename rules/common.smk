@@ -554,11 +554,16 @@ def report_code(wildcards):
 @functools.cache
 def caption_template(kind, name):
     """A table's or figure's caption file: workflow/report/<kind>/<name>.rst, or the file a
-    module's spec names."""
+    module's spec names (relative to that module's folder)."""
     spec = table_spec(name) if kind == "tables" else figure_spec(name)
-    path = Path(
-        spec.caption or Path(workflow.basedir) / "workflow" / "report" / kind / f"{name}.rst"
-    )
+    if spec.caption is None:
+        path = Path(workflow.basedir) / "workflow" / "report" / kind / f"{name}.rst"
+    else:
+        path = spec.code_file().parent / spec.caption
+    if not path.is_file():
+        raise WorkflowError(
+            f"{kind[:-1]} {name}: no caption file at {path}; write its caption there"
+        )
     return path.read_text(encoding="utf-8")
 
 

@@ -61,8 +61,8 @@ VARIANTS: dict[str, tuple[Callable[[dict[str, Any], Path], None], set[str], set[
     "paper_policies": (_paper_policies, {"nli", "policy"}, EVID_RULES | CDD_RULES),
     "no_evidential": (_no_evidential, CDD_RULES, EVID_RULES),
     "no_cdd": (_no_cdd, EVID_RULES, CDD_RULES),
-    "no_seed_sensitivity": (_no_seed_sensitivity, {"tables"}, set()),
-    "audit_filled": (_audit_filled, {"audit_hwsa", "tables"}, set()),
+    "no_seed_sensitivity": (_no_seed_sensitivity, {"table"}, set()),
+    "audit_filled": (_audit_filled, {"audit_hwsa", "table"}, set()),
 }
 
 

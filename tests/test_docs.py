@@ -73,11 +73,6 @@ def test_configuration_reference_names_its_command() -> None:
         assert f"\n## `{key}`\n" in text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="some schema properties have no description yet (listed in the failure); "
-    "remove this marker once workflow/grabrag/config.schema.yaml describes them all",
-)
 def test_every_schema_property_is_described() -> None:
     missing = undocumented(load_schema())
     assert not missing, "schema properties without a description: " + ", ".join(missing)

@@ -119,7 +119,7 @@ def test_p3_sweep_figure_draws_the_configured_cutoff_and_threshold() -> None:
 
 
 def test_figure_and_table_captions_read_the_config() -> None:
-    from grabrag.report.tabular import render_caption
+    from grabrag.report.tabular import render_caption, render_rst
 
     from .conftest import REPO
 
@@ -135,13 +135,13 @@ def test_figure_and_table_captions_read_the_config() -> None:
     lam = render_caption((tables / "evid_lambda_sweep.rst").read_text(), config)
     assert "lambda, 0.4)" in lam and "(tau1 0.3, tau2 0.7)" in lam
     # the figures' captions, as the report renders them
-    figures = (REPO / "workflow/report/figure.rst").read_text()
+    figures = REPO / "workflow/report/figures"
     for name, expected in (
         ("p3_sweep", "cutoff (60)"),
         ("p3_sweep", "threshold (0.7)"),
         ("lambda_sweep", "(tau1 0.3, tau2 0.7)"),
     ):
-        text = render_caption(figures.replace("snakemake.wildcards.figure", repr(name)), config)
+        text = render_rst((figures / f"{name}.rst").read_text(), config)
         assert expected in text, (name, text)
     # a caption naming a setting the config lacks fails loudly, not with a blank
     with pytest.raises(Exception, match="confidence_cutoff"):

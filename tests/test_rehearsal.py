@@ -145,8 +145,7 @@ def test_every_job_the_config_plans_runs(rehearsal: SimpleNamespace) -> None:
 
 def test_every_table_and_figure_of_the_config_is_built(rehearsal: SimpleNamespace) -> None:
     from grabrag.core import registry
-    from grabrag.report.figures import figure_names
-    from grabrag.report.tables import table_names
+    from grabrag.report.specs import figure_names, table_names
 
     results = rehearsal.workdir / "results"
     tables = {p.stem for p in (results / "tables").glob("*.md")}

@@ -17,6 +17,13 @@ import yaml
 
 from grabrag.contexts.paired import CONDITIONS
 from grabrag.core.io import read_jsonl
+from grabrag.core.outputs import (
+    CDD_DIAGNOSTICS_TABLE,
+    METRICS,
+    METRICS_OVER_DATASETS,
+    SEED_METRICS,
+)
+from grabrag.report.specs import table_spec
 
 from .conftest import (
     MODEL_RULE_BENCHMARKS,
@@ -362,7 +369,7 @@ def test_filled_audit_recomputes_hwsa_on_the_clean_subset(tiny_run: Path, tmp_pa
     proc = snakemake(tmp_path, "results/tables/table6_audit.csv", configfile=configfile)
     # Only Table 6's own jobs run on a finished run: nothing upstream of the policies.
     ran = {m.group(1) for m in re.finditer(r"rule (\w+):", proc.stdout + proc.stderr)}
-    assert ran == {"audit_hwsa", "tables"}, ran
+    assert ran == {"audit_hwsa", "table"}, ran
     with (tmp_path / "results/qc/nq_bigbench/audit_hwsa.csv").open(newline="") as handle:
         cells = list(csv.DictReader(handle))
     # Every policy that ran on the dataset, P0-P4 included (the paper's Table 6).
@@ -590,12 +597,18 @@ def test_report_stage_is_incremental(tiny_run: Path, tmp_path: Path) -> None:
     edited = tmp_path / "edited.yaml"
     edited.write_text(yaml.safe_dump(config))
     plan = snakemake(tmp_path, "-n", configfile=edited).stdout
+    # the tables and figures that read the metrics (or the CDD diagnostics) rerun, those
+    # that read the decisions, the sweeps or nothing do not
+    produced = {p.stem: p for p in (tiny_run / "results/tables").glob("*.md")}
+    resampled = {METRICS, SEED_METRICS, METRICS_OVER_DATASETS, CDD_DIAGNOSTICS_TABLE}
+    reading = [n for n in produced if set(table_spec(n).reads) & resampled]
+    assert 0 < len(reading) < len(produced)
     assert planned_jobs(plan) == {
         "metrics": 3,
         "abstention_over_datasets": 1,
         "cdd_diagnostics": 1,
-        "tables": 1,
-        "figure": 7,
+        "table": len(reading),
+        "figure": 3,  # Figure 2 (both forms) and the QC breakdown
         "all": 1,
     }, plan
     # the plotting code, edited in a copy of the workflow: figures only; touching it
@@ -752,3 +765,15 @@ def test_model_calling_rules_write_benchmarks(tiny_run: Path) -> None:
         header, values = table.read_text().splitlines()[:2]
         assert header.split("\t")[:3] == ["s", "h:m:s", "max_rss"], rule
         assert float(values.split("\t")[0]) > 0, rule
+
+
+def test_every_declared_output_kind_is_where_its_pattern_says(tiny_run: Path) -> None:
+    """The output kinds the tables and figures read (grabrag.core.outputs) are the files
+    the rules write: each pattern finds files in the finished run."""
+    from grabrag.core.outputs import AUDITED, outputs
+
+    for name, spec in outputs().items():
+        if spec.pattern is None or spec.datasets == AUDITED:
+            continue  # a file the config names; the tiny config audits no dataset
+        found = list(tiny_run.glob(re.sub(r"{\w+}", "*", spec.pattern)))
+        assert found, name

@@ -119,8 +119,8 @@ class ReportItem:
 @dataclass(frozen=True)
 class TableSpec(ReportItem):
     """A table: ``results/tables/<name>.*``, its caption ``workflow/report/tables/<name>.rst``
-    (or ``caption``, a path, for a table from a module); ``build`` returns a
-    :class:`~grabrag.report.tabular.Table`."""
+    (or ``caption``, for a table from a module: a file beside that module); ``build``
+    returns a :class:`~grabrag.report.tabular.Table`."""
 
     caption: str | None = None
 
@@ -128,8 +128,8 @@ class TableSpec(ReportItem):
 @dataclass(frozen=True)
 class FigureSpec(ReportItem):
     """A figure: ``results/figures/<name>.pdf``/``.png``, its caption
-    ``workflow/report/figures/<name>.rst`` (or ``caption``, a path, for a figure from a
-    module); ``build`` returns a matplotlib figure."""
+    ``workflow/report/figures/<name>.rst`` (or ``caption``, for a figure from a module: a
+    file beside that module); ``build`` returns a matplotlib figure."""
 
     caption: str | None = None
 
