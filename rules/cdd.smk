@@ -1,5 +1,5 @@
 # Stage 6c: CDD (Context-Driven Decomposition), CDD-alpha and the prompt-only baselines
-# (workflow/grabrag/cdd/method.py and cdd_runs.py). One GPU job per model x dataset x
+# (workflow/grabrag/cdd/). One GPU job per model x dataset x
 # condition runs CDD's steps (with the ablations and perturbed reruns for the diagnostics),
 # another the four baseline prompts; the policy rule (rules/policies.smk) turns the stored
 # rows into decisions without any LLM call, and cdd_diagnostics summarises them.

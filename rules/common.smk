@@ -14,9 +14,9 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from grabrag.core import registry
 from grabrag.data.assets import manifest_path
 from grabrag.pipeline.codehash import code_hash, module_code_hash
-from grabrag.core.conditions import SEED_COMPARED
+from grabrag.core.conditions import CLOSED_BOOK, SEED_COMPARED
 from grabrag.pipeline.config import validate_config
-from grabrag.contexts.paired import CONDITIONS
+from grabrag.contexts.paired import PAIRED_CONDITIONS
 from grabrag.core.errors import ConfigError
 from grabrag.core import outputs
 from grabrag.policies.paper import p3_sweep_grid
@@ -204,7 +204,7 @@ def closed_book_cell(wildcards):
         GENERATION_FILE,
         wildcards,
         dataset=base_dataset(wildcards.dataset),
-        condition="Qclosed",
+        condition=CLOSED_BOOK,
         prompt=CLOSED_BOOK_PROMPT,
     )
 
@@ -302,7 +302,7 @@ def generation_report_cells(wildcards):
     ) + cells(
         model=[wildcards.model],
         dataset=[wildcards.dataset],
-        condition=["Qclosed"],
+        condition=[CLOSED_BOOK],
         prompt=[CLOSED_BOOK_PROMPT],
     )
 
@@ -318,7 +318,7 @@ def generation_dir(wildcards):
 
 
 def closed_book_dir(wildcards):
-    return f"results/generation/{wildcards.model}/{wildcards.dataset}/Qclosed"
+    return f"results/generation/{wildcards.model}/{wildcards.dataset}/{CLOSED_BOOK}"
 
 
 def generation_cell(wildcards, prompt):
@@ -332,7 +332,7 @@ def evidential_dir(wildcards):
 # The file each input source of a policy (grabrag.core.registry.SOURCES) names in one cell.
 POLICY_SOURCES = {
     registry.GENERATION: lambda wildcards, key: generation_cell(wildcards, key),
-    registry.CLOSED_BOOK: lambda wildcards, key: closed_book_cell(wildcards),
+    registry.CLOSED_BOOK_PASS: lambda wildcards, key: closed_book_cell(wildcards),
     registry.NLI: lambda wildcards, key: (
         f"results/nli/{wildcards.model}/{wildcards.dataset}/{wildcards.condition}.jsonl"
     ),
@@ -484,13 +484,13 @@ def check_rules():
 
 # The datasets each dataset scope of an output kind stands for in this config.
 DATASET_SCOPES = {
-    outputs.ALL: DATASETS,
-    outputs.EVIDENTIAL: EVID_DATASETS,
-    outputs.CDD: CDD_DATASETS,
-    outputs.CDD_TRACES: CDD_DATASETS if CDD_TRACES else [],
-    outputs.CDD_DIAGNOSTICS: CDD_DATASETS if FEATURES.cdd_diagnostics else [],
-    outputs.AUDITED: AUDITED_DATASETS,
-    outputs.SEED_VARIANTS: list(SEED_VARIANTS),
+    outputs.ALL_DATASETS: DATASETS,
+    outputs.EVIDENTIAL_DATASETS: EVID_DATASETS,
+    outputs.CDD_DATASETS: CDD_DATASETS,
+    outputs.CDD_TRACE_DATASETS: CDD_DATASETS if CDD_TRACES else [],
+    outputs.CDD_DIAGNOSTIC_DATASETS: CDD_DATASETS if FEATURES.cdd_diagnostics else [],
+    outputs.AUDITED_DATASETS: AUDITED_DATASETS,
+    outputs.SEED_VARIANT_DATASETS: list(SEED_VARIANTS),
 }
 
 
@@ -582,7 +582,7 @@ def tokenizer_asset():
 
 
 def context_files(dataset):
-    return files(CONTEXT_FILE, cells(dataset=[dataset], condition=CONDITIONS))
+    return files(CONTEXT_FILE, cells(dataset=[dataset], condition=PAIRED_CONDITIONS))
 
 
 def all_targets():

@@ -8,7 +8,10 @@ rule build_contexts:
         ranking=base_file("retrieval", "hard_negatives.jsonl"),
         tokenizer=asset_manifest(tokenizer_asset()),
     output:
-        **{condition: f"results/contexts/{{dataset}}/{condition}.jsonl" for condition in CONDITIONS},
+        **{
+            condition: f"results/contexts/{{dataset}}/{condition}.jsonl"
+            for condition in PAIRED_CONDITIONS
+        },
         report="results/contexts/{dataset}/report.json",
     log:
         "results/logs/build_contexts/{dataset}.log",

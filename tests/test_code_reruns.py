@@ -109,7 +109,7 @@ def test_editing_the_plotting_code_plans_figures_only(edit_and_plan, full_plan) 
 
 
 def test_editing_one_family_of_tables_plans_those_tables_only(edit_and_plan, tiny_run) -> None:
-    cdd_tables = sorted(p.name for p in (tiny_run / "results" / "tables").glob("cdd_*.csv"))
+    cdd_tables = sorted(p.stem for p in (tiny_run / "results" / "tables").glob("cdd_*.md"))
     assert cdd_tables, "the tiny config must produce the CDD tables"
     jobs = edit_and_plan({"report/cdd_tables.py": code_edit})
     assert jobs == {"table": len(cdd_tables), "all": 1}, jobs

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from grabrag.contexts.paired import (
-    CONDITIONS,
+    PAIRED_CONDITIONS,
     build_contexts,
     condition_passages,
     load_token_counter,
@@ -118,7 +118,7 @@ def test_too_few_hard_negatives_drops_the_question_everywhere(counter) -> None:
     rows, report = build_contexts(questions, retrieval, corpus, seed=42, counter=counter)
     assert report["dropped_insufficient_hard_negatives"] == ["q1"]
     assert report["kept"] == 2
-    for condition in CONDITIONS:
+    for condition in PAIRED_CONDITIONS:
         assert [r["qid"] for r in rows[condition]] == ["q0", "q2"]
     # positions keep their original i: q2 still shuffles with Random(42 + 2)
     assert rows["Q0"][1]["index"] == 2
@@ -170,7 +170,7 @@ def test_the_cap_keeps_the_answer_of_a_reused_long_gold_passage(counter) -> None
     assert {p["window_start_token"] for p in q100} == {100}
     assert {p["tokens"] for p in q100} == {300}
     assert {p["text"] for p in q100} == {" ".join(words[100:])}
-    assert report["truncated_contexts_without_answer"] == {c: 0 for c in CONDITIONS}
+    assert report["truncated_contexts_without_answer"] == {c: 0 for c in PAIRED_CONDITIONS}
     # a passage whose head keeps the answer is cut from its tail as before
     words[349], words[5] = "hay", "needle"
     questions, retrieval, corpus = _one_gold(" ".join(words), ["needle"])

@@ -53,7 +53,7 @@ def test_builtin_policies_in_table_order(clean_registry: None) -> None:
     assert registry.names() == BUILTIN
     assert registry.policy("P4").inputs == {
         "P1": registry.GENERATION,
-        "CB": registry.CLOSED_BOOK,
+        "CB": registry.CLOSED_BOOK_PASS,
         "NLI": registry.NLI,
     }
     assert registry.policy("EVID_CB").printed == "EVID+CB"

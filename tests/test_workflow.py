@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grabrag.contexts.paired import CONDITIONS
+from grabrag.contexts.paired import PAIRED_CONDITIONS
 from grabrag.core.io import read_jsonl
 from grabrag.core.outputs import (
     CDD_DIAGNOSTICS_TABLE,
@@ -118,7 +118,8 @@ def test_run_builds_every_condition(tiny_run: Path) -> None:
         questions = read_jsonl(tiny_run / f"results/data/{dataset}/questions.jsonl")
         assert len(questions) == QUESTIONS[dataset]
         by_condition = {
-            c: read_jsonl(tiny_run / f"results/contexts/{dataset}/{c}.jsonl") for c in CONDITIONS
+            c: read_jsonl(tiny_run / f"results/contexts/{dataset}/{c}.jsonl")
+            for c in PAIRED_CONDITIONS
         }
         for condition, rows in by_condition.items():
             assert [r["qid"] for r in rows] == [q["qid"] for q in questions], condition
@@ -366,8 +367,15 @@ def test_filled_audit_recomputes_hwsa_on_the_clean_subset(tiny_run: Path, tmp_pa
     config["qc"]["audit_filled"] = {"nq_bigbench": str(filled)}
     configfile = tmp_path / "audited.yaml"
     configfile.write_text(yaml.safe_dump(config))
-    proc = snakemake(tmp_path, "results/tables/table6_audit.csv", configfile=configfile)
-    # Only Table 6's own jobs run on a finished run: nothing upstream of the policies.
+    proc = snakemake(
+        tmp_path,
+        "results/tables/table5_swap_examples.csv",
+        "results/tables/table6_audit.csv",
+        "results/tables/audit_quality.csv",
+        configfile=configfile,
+    )
+    # Only the audit's own jobs run on a finished run (Table 5 groups its examples by the
+    # ratings, Table 6 and the quality table read them): nothing upstream of the policies.
     ran = {m.group(1) for m in re.finditer(r"rule (\w+):", proc.stdout + proc.stderr)}
     assert ran == {"audit_hwsa", "table"}, ran
     with (tmp_path / "results/qc/nq_bigbench/audit_hwsa.csv").open(newline="") as handle:
@@ -595,7 +603,7 @@ def test_report_stage_is_incremental(tiny_run: Path, tmp_path: Path) -> None:
     config = yaml.safe_load(TINY.read_text())
     config["bootstrap"] = {"n_resamples": 2000}
     edited = tmp_path / "edited.yaml"
-    edited.write_text(yaml.safe_dump(config))
+    edited.write_text(yaml.safe_dump(config, sort_keys=False))  # the datasets' order kept
     plan = snakemake(tmp_path, "-n", configfile=edited).stdout
     # the tables and figures that read the metrics (or the CDD diagnostics) rerun, those
     # that read the decisions, the sweeps or nothing do not
@@ -770,10 +778,10 @@ def test_model_calling_rules_write_benchmarks(tiny_run: Path) -> None:
 def test_every_declared_output_kind_is_where_its_pattern_says(tiny_run: Path) -> None:
     """The output kinds the tables and figures read (grabrag.core.outputs) are the files
     the rules write: each pattern finds files in the finished run."""
-    from grabrag.core.outputs import AUDITED, outputs
+    from grabrag.core.outputs import AUDITED_DATASETS, outputs
 
     for name, spec in outputs().items():
-        if spec.pattern is None or spec.datasets == AUDITED:
+        if spec.pattern is None or spec.datasets == AUDITED_DATASETS:
             continue  # a file the config names; the tiny config audits no dataset
         found = list(tiny_run.glob(re.sub(r"{\w+}", "*", spec.pattern)))
         assert found, name

@@ -2,7 +2,7 @@
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 
-from grabrag.contexts.paired import CONDITIONS, build_contexts, load_token_counter
+from grabrag.contexts.paired import PAIRED_CONDITIONS, build_contexts, load_token_counter
 from grabrag.core.io import read_jsonl, write_json, write_jsonl
 from grabrag.core.runner import log, run_rule
 from grabrag.data.assets import resolve
@@ -24,7 +24,7 @@ def main(smk):
         n_gold_q50=settings["n_gold_q50"],
         max_tokens=settings["max_context_tokens"],
     )
-    for condition in CONDITIONS:
+    for condition in PAIRED_CONDITIONS:
         write_jsonl(smk.output[condition], rows[condition])
     report = {
         "dataset": smk.wildcards.dataset,

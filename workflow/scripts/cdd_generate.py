@@ -10,7 +10,7 @@ import _job_gpu  # noqa: F401  (claims this job's GPU before any CUDA library lo
 import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_FIRST)
 
 from grabrag.cdd.runs import preflight_calls, run_traces
-from grabrag.cdd.schema import CLOSED_BOOK
+from grabrag.cdd.schema import CLOSED_BOOK_PRIOR
 from grabrag.core.io import read_jsonl, write_jsonl
 from grabrag.core.runner import log, run_rule
 from grabrag.data.assets import resolve
@@ -54,7 +54,7 @@ def main(smk):
         complete,
         generator.reset,
         rows,
-        cb_rows if parametric == CLOSED_BOOK else None,
+        cb_rows if parametric == CLOSED_BOOK_PRIOR else None,
         checkpoint,
         parametric=parametric,
         diagnostics=diagnostics,

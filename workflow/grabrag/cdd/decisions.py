@@ -14,7 +14,8 @@ from typing import Any
 
 from grabrag.cdd.baselines import BASELINES, REASONING_FIRST
 from grabrag.cdd.gate import GATE_THRESHOLD, LEXICAL, cdd_alpha_row
-from grabrag.cdd.schema import ABSTAIN, ANSWER, PARSE_FAILED, RESOLVED
+from grabrag.cdd.schema import PARSE_FAILED, RESOLVED
+from grabrag.core.decisions import ABSTAIN, ANSWER
 from grabrag.core.errors import DataError
 from grabrag.generation.generator import PARSE_FAILED as GENERATION_FAILED
 

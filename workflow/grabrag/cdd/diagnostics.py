@@ -26,14 +26,7 @@ import numpy as np
 
 from grabrag.cdd.decisions import CDD, _unique
 from grabrag.cdd.runs import ABLATIONS, PERTURBATIONS
-from grabrag.cdd.schema import (
-    ANSWER,
-    FULL,
-    SOURCE_BOTH,
-    SOURCE_CONTEXT,
-    SOURCE_NEITHER,
-    SOURCE_PARAMETRIC,
-)
+from grabrag.cdd.schema import FULL, SOURCE_BOTH, SOURCE_CONTEXT, SOURCE_NEITHER, SOURCE_PARAMETRIC
 from grabrag.cdd.trace_diagnostics import (
     CLEAN,
     OTHER_TYPES,
@@ -44,6 +37,7 @@ from grabrag.cdd.trace_diagnostics import (
     sensitivity_bootstrap,
 )
 from grabrag.core.conditions import SHOULD_ABSTAIN, SHOULD_ANSWER
+from grabrag.core.decisions import ANSWER
 from grabrag.core.errors import DataError
 from grabrag.core.text import normalize_answer
 from grabrag.scoring import answers as A

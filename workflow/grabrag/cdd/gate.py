@@ -36,7 +36,6 @@ from grabrag.cdd.parsing import _skipped, _trace_answer, parse_step
 from grabrag.cdd.prompts import CDD_SYSTEM, _quoted
 from grabrag.cdd.schema import (
     CONTEXTUAL,
-    DECISIONS,
     FAILED,
     GATE,
     GATE_BYPASS,
@@ -50,6 +49,7 @@ from grabrag.cdd.schema import (
     REPAIRED,
     SKIPPED,
 )
+from grabrag.core.decisions import DECISIONS
 from grabrag.core.text import normalize_answer
 from grabrag.scoring.answers import token_f1
 

@@ -58,7 +58,7 @@ from grabrag.cdd.parsing import StepResult, _skipped, parametric_from_closed_boo
 from grabrag.cdd.prompts import step_messages
 from grabrag.cdd.schema import (
     ABLATED,
-    CLOSED_BOOK,
+    CLOSED_BOOK_PRIOR,
     CONTEXTUAL,
     DIVERGENCE,
     FULL,
@@ -134,7 +134,7 @@ def run_cdd(
     context: str,
     cb_row: Mapping[str, Any] | None,
     variant: str = FULL,
-    parametric: str = CLOSED_BOOK,
+    parametric: str = CLOSED_BOOK_PRIOR,
 ) -> dict[str, Any]:
     """Run CDD on one question; returns its decision row plus the whole trace::
 
@@ -152,7 +152,7 @@ def run_cdd(
         raise ValueError(
             f"unknown parametric source {parametric!r}; known: {', '.join(PARAMETRIC_SOURCES)}"
         )
-    if parametric == CLOSED_BOOK and cb_row is None:
+    if parametric == CLOSED_BOOK_PRIOR and cb_row is None:
         raise ValueError('parametric="closed_book" needs the closed-book row')
     reset()
     trace: dict[str, dict[str, Any]] = {}
@@ -161,7 +161,7 @@ def run_cdd(
         trace[step] = run_step(complete, step, question, context, trace).to_dict()
 
     run(CONTEXTUAL)
-    if parametric == CLOSED_BOOK:
+    if parametric == CLOSED_BOOK_PRIOR:
         assert cb_row is not None
         trace[PARAMETRIC] = parametric_from_closed_book(cb_row).to_dict()
     else:

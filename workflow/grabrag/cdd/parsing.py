@@ -31,9 +31,7 @@ from typing import Any
 
 from grabrag.cdd.schema import (
     _FIELDS,
-    ANSWER,
     CONTEXTUAL,
-    DECISIONS,
     DIVERGENCE,
     FAILED,
     FROM_CLOSED_BOOK,
@@ -49,6 +47,7 @@ from grabrag.cdd.schema import (
     SOURCES,
     STEPS,
 )
+from grabrag.core.decisions import ANSWER, DECISIONS
 from grabrag.core.text import normalize_answer
 
 

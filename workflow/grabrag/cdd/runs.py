@@ -71,7 +71,7 @@ from grabrag.cdd.gate import GATES, LEXICAL, MODEL, run_gate
 from grabrag.cdd.method import run_cdd
 from grabrag.cdd.prompts import step_messages
 from grabrag.cdd.schema import (
-    CLOSED_BOOK,
+    CLOSED_BOOK_PRIOR,
     CONTEXTUAL,
     DIVERGENCE,
     FAILED,
@@ -179,7 +179,7 @@ def cdd_question(
     row: Mapping[str, Any],
     cb_row: Mapping[str, Any] | None,
     *,
-    parametric: str = CLOSED_BOOK,
+    parametric: str = CLOSED_BOOK_PRIOR,
     diagnostics: bool = True,
     gate: str = LEXICAL,
 ) -> dict[str, Any]:
@@ -250,7 +250,7 @@ def run_traces(
     cb_rows: Sequence[Mapping[str, Any]] | None,
     checkpoint: Path,
     *,
-    parametric: str = CLOSED_BOOK,
+    parametric: str = CLOSED_BOOK_PRIOR,
     diagnostics: bool = True,
     gate: str = LEXICAL,
     fingerprint: str = "",
@@ -303,7 +303,7 @@ def _closed_book_rows(
     if parametric not in PARAMETRIC_SOURCES:
         raise ValueError(f"unknown parametric source {parametric!r}")
     cb: dict[str, Mapping[str, Any]] = {}
-    if parametric == CLOSED_BOOK:
+    if parametric == CLOSED_BOOK_PRIOR:
         cb = {r["qid"]: r for r in cb_rows or ()}
         missing = [r["qid"] for r in rows if r["qid"] not in cb]
         if missing:

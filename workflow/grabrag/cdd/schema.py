@@ -29,8 +29,8 @@ GATE = "gate"
 
 FULL, NO_PREMISE, NO_DIVERGENCE = "full", "no_premise", "no_divergence"
 VARIANTS = (FULL, NO_PREMISE, NO_DIVERGENCE)
-CLOSED_BOOK, IN_CONTEXT = "closed_book", "in_context"
-PARAMETRIC_SOURCES = (CLOSED_BOOK, IN_CONTEXT)
+CLOSED_BOOK_PRIOR, IN_CONTEXT = "closed_book", "in_context"
+PARAMETRIC_SOURCES = (CLOSED_BOOK_PRIOR, IN_CONTEXT)
 
 # Step status. ok/repaired/failed as grabrag.generation.generator; "skipped" for a step that did
 # not run; "injected" for a step written by inject_mistake.
@@ -43,8 +43,6 @@ TRUNCATED = "truncated"  # removed by truncate_trace
 # Where a step's content comes from.
 GENERATED, FROM_CLOSED_BOOK, NOT_RUN = "generated", "closed_book", "not_run"
 
-ANSWER, ABSTAIN = "answer", "abstain"
-DECISIONS = (ANSWER, ABSTAIN)
 SOURCE_CONTEXT, SOURCE_PARAMETRIC, SOURCE_NEITHER, SOURCE_BOTH = (
     "context",
     "parametric",

@@ -21,7 +21,6 @@ from grabrag.cdd.method import GrammarCompleter, decision_from_resolution, run_s
 from grabrag.cdd.parsing import StepResult, _skipped, _trace_answer, divergence_fallback
 from grabrag.cdd.schema import (
     ABLATED,
-    ANSWER,
     CONTEXTUAL,
     DIVERGENCE,
     INJECTED,
@@ -34,6 +33,7 @@ from grabrag.cdd.schema import (
     SOURCE_PARAMETRIC,
     TRUNCATED,
 )
+from grabrag.core.decisions import ANSWER
 from grabrag.core.text import normalize_answer
 from grabrag.scoring.bootstrap import (
     CONFIDENCE_LEVEL,

@@ -30,7 +30,7 @@ from typing import Any
 from grabrag.core.conditions import CLOSED_BOOK, RETRIEVED
 from grabrag.core.text import contains_alias
 
-CONDITIONS = (*RETRIEVED, CLOSED_BOOK)
+PAIRED_CONDITIONS = (*RETRIEVED, CLOSED_BOOK)
 """The conditions this stage builds (QC and QX come from the swaps)."""
 GOLD = "gold"
 HARD_NEGATIVE = "hard_negative"
@@ -232,9 +232,9 @@ def condition_passages(
         return fill_gold(golds, n_gold_q50) + negatives[: n_passages - n_gold_q50]
     if condition == "Q0":
         return negatives[:n_passages]
-    if condition == "Qclosed":
+    if condition == CLOSED_BOOK:
         return []
-    raise ValueError(f"unknown condition {condition!r}; known: {', '.join(CONDITIONS)}")
+    raise ValueError(f"unknown condition {condition!r}; known: {', '.join(PAIRED_CONDITIONS)}")
 
 
 def build_context_row(
@@ -282,7 +282,7 @@ def build_contexts(
     n_passages: int = 5,
     n_gold_q50: int = 3,
     max_tokens: int = 1500,
-    conditions: Sequence[str] = CONDITIONS,
+    conditions: Sequence[str] = PAIRED_CONDITIONS,
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
     """Rows per condition plus a report.
 

@@ -39,6 +39,8 @@ PAPER = tuple(c.name for c in CONDITIONS if c.in_paper)
 RETRIEVED = ("Q100", "Q50", "Q0")
 """The conditions built from retrieval alone (QC and QX are built from swaps)."""
 CLOSED_BOOK = "Qclosed"
-"""The question without passages: the closed-book (CB) pass P3 and P4 read."""
+"""The question without passages: the condition of the closed-book pass P3 and P4 read."""
+CLOSED_BOOK_PROMPT = "CB"
+"""The closed-book pass's prompt, and the key its rows arrive under in a policy's inputs."""
 SEED_COMPARED = ("Q0", "QC")
 """The conditions Table 13 compares under two construction seeds."""

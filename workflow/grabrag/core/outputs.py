@@ -119,14 +119,22 @@ def paths_by_cell(paths: Sequence[str], cells: Sequence[Cell]) -> list[tuple[Cel
 # --- the declarations -----------------------------------------------------------------------
 
 # Which datasets an output exists for (the values of its ``dataset`` axis):
-ALL = "all"  # every configured dataset
-EVIDENTIAL = "evidential"  # the datasets EvidentialRAG runs on (evidential.datasets)
-CDD = "cdd"  # the datasets the CDD family runs on (cdd.datasets)
-CDD_TRACES = "cdd_traces"  # the CDD datasets, when CDD or CDD-alpha is configured
-CDD_DIAGNOSTICS = "cdd_diagnostics"  # the CDD datasets, with cdd.diagnostics on
-AUDITED = "audited"  # the datasets whose QC audit is filled in (qc.audit_filled)
-SEED_VARIANTS = "seed_variants"  # the seed-sensitivity variant ("<dataset>_seed<seed>")
-DATASET_SCOPES = (ALL, EVIDENTIAL, CDD, CDD_TRACES, CDD_DIAGNOSTICS, AUDITED, SEED_VARIANTS)
+ALL_DATASETS = "all"  # every configured dataset
+EVIDENTIAL_DATASETS = "evidential"  # those EvidentialRAG runs on (evidential.datasets)
+CDD_DATASETS = "cdd"  # those the CDD family runs on (cdd.datasets)
+CDD_TRACE_DATASETS = "cdd_traces"  # the CDD datasets, when CDD or CDD-alpha is configured
+CDD_DIAGNOSTIC_DATASETS = "cdd_diagnostics"  # the CDD datasets, with cdd.diagnostics on
+AUDITED_DATASETS = "audited"  # those whose QC audit is filled in (qc.audit_filled)
+SEED_VARIANT_DATASETS = "seed_variants"  # the seed-sensitivity variant ("<dataset>_seed<seed>")
+DATASET_SCOPES = (
+    ALL_DATASETS,
+    EVIDENTIAL_DATASETS,
+    CDD_DATASETS,
+    CDD_TRACE_DATASETS,
+    CDD_DIAGNOSTIC_DATASETS,
+    AUDITED_DATASETS,
+    SEED_VARIANT_DATASETS,
+)
 # The axes a pattern may vary over; ``policy`` takes the policies that run on the cell's
 # dataset, ``prompt`` the context prompts P0-P2.
 AXES = ("model", "dataset", "condition", "policy", "prompt")
@@ -143,7 +151,7 @@ class Output:
     axes: tuple[str, ...]
     read: Reader
     description: str
-    datasets: str = ALL
+    datasets: str = ALL_DATASETS
 
     def __post_init__(self) -> None:
         named = set(re.findall(r"{(\w+)}", self.pattern or "{dataset}"))
@@ -177,7 +185,7 @@ def outputs() -> dict[str, Output]:
 
 
 _MDC = ("model", "dataset", "condition")
-CONTEXTS = declare(
+CONTEXT_ROWS = declare(
     Output(
         "contexts",
         "results/contexts/{dataset}/{condition}.jsonl",
@@ -186,7 +194,7 @@ CONTEXTS = declare(
         "the context rows of a condition: the question, its passages, the gold answers",
     )
 ).name
-GENERATION = declare(
+GENERATION_ROWS = declare(
     Output(
         "generation",
         "results/generation/{model}/{dataset}/{condition}/{prompt}.jsonl",
@@ -222,7 +230,7 @@ NLI_LABELS = declare(
         "the NLI verifier's label of each passage against the CB answer (P4's input)",
     )
 ).name
-DECISIONS = declare(
+DECISION_ROWS = declare(
     Output(
         "decisions",
         "results/policies/{model}/{dataset}/{condition}/{policy}.jsonl",
@@ -256,7 +264,7 @@ SEED_METRICS = declare(
         ("dataset",),
         paths_by_cell,
         "the metrics of the seed-sensitivity variant (Table 13)",
-        SEED_VARIANTS,
+        SEED_VARIANT_DATASETS,
     )
 ).name
 METRICS_OVER_DATASETS = declare(
@@ -268,7 +276,7 @@ METRICS_OVER_DATASETS = declare(
         "abstention rates averaged over the datasets, with CIs (Figure 2)",
     )
 ).name
-SWAPS = declare(
+SWAP_ROWS = declare(
     Output(
         "swaps",
         "results/qc/{dataset}/swaps.jsonl",
@@ -284,7 +292,7 @@ AUDIT_HWSA = declare(
         ("dataset",),
         audit_frame,
         "HwSA at QC on the audited swaps only (Table 6)",
-        AUDITED,
+        AUDITED_DATASETS,
     )
 ).name
 AUDIT_RATINGS = declare(
@@ -294,7 +302,7 @@ AUDIT_RATINGS = declare(
         ("dataset",),
         paths_by_cell,
         "a person's ratings of the QC audit sample (qc.audit_filled)",
-        AUDITED,
+        AUDITED_DATASETS,
     )
 ).name
 EVID_SWEEPS = declare(
@@ -304,7 +312,7 @@ EVID_SWEEPS = declare(
         ("model", "dataset"),
         read_sweeps,
         "EvidentialRAG's lambda and tau sweep from stored evaluator outputs",
-        EVIDENTIAL,
+        EVIDENTIAL_DATASETS,
     )
 ).name
 EVID_EFFICIENCY = declare(
@@ -314,7 +322,7 @@ EVID_EFFICIENCY = declare(
         ("model", "dataset"),
         json_by_cell,
         "EvidentialRAG's calls, tokens and time per query against naive RAG",
-        EVIDENTIAL,
+        EVIDENTIAL_DATASETS,
     )
 ).name
 EVID_EVALUATE_REPORTS = declare(
@@ -324,7 +332,7 @@ EVID_EVALUATE_REPORTS = declare(
         _MDC,
         json_by_cell,
         "the EvidentialRAG evaluator's parse and evidence counts per cell",
-        EVIDENTIAL,
+        EVIDENTIAL_DATASETS,
     )
 ).name
 CDD_TRACE_ROWS = declare(
@@ -334,7 +342,7 @@ CDD_TRACE_ROWS = declare(
         _MDC,
         rows_by_cell,
         "CDD's five-step traces with their ablations and perturbed reruns",
-        CDD_TRACES,
+        CDD_TRACE_DATASETS,
     )
 ).name
 CDD_DIAGNOSTICS_TABLE = declare(
@@ -344,6 +352,6 @@ CDD_DIAGNOSTICS_TABLE = declare(
         ("model", "dataset"),
         diagnostics_frame,
         "CDD's trace diagnostics: causal sensitivity, ablations, source control",
-        CDD_DIAGNOSTICS,
+        CDD_DIAGNOSTIC_DATASETS,
     )
 ).name

@@ -30,18 +30,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grabrag.core.conditions import NAMES
+from grabrag.core.conditions import CLOSED_BOOK_PROMPT, NAMES
 from grabrag.core.plugins import load_modules  # noqa: F401  (the config check and tests call it here)
 
 # Where a policy's input comes from, per model x dataset x condition cell. The key the
 # rows arrive under in ``decide`` names the file where a source holds several:
 GENERATION = "generation"  # generation/<m>/<d>/<condition>/<key>.jsonl (a prompt's cell)
-CLOSED_BOOK = "closed_book"  # generation/<m>/<d>/Qclosed/CB.jsonl (the question's CB pass)
+CLOSED_BOOK_PASS = "closed_book"  # generation/<m>/<d>/Qclosed/CB.jsonl (the CB pass)
 NLI = "nli"  # nli/<m>/<d>/<condition>.jsonl (the verifier's labels)
 EVIDENTIAL = "evidential"  # evidential/<m>/<d>/<condition>/<key>.jsonl
 CDD_TRACES = "cdd_traces"  # cdd/<m>/<d>/<condition>/traces.jsonl
 CDD_CELL = "cdd"  # cdd/<m>/<d>/<condition>/<key>.jsonl (a prompt-only baseline's rows)
-SOURCES = (GENERATION, CLOSED_BOOK, NLI, EVIDENTIAL, CDD_TRACES, CDD_CELL)
+SOURCES = (GENERATION, CLOSED_BOOK_PASS, NLI, EVIDENTIAL, CDD_TRACES, CDD_CELL)
 # The sources a policy's own model passes write: a policy reading none of them costs no
 # model call of its own beyond the shared P0-P2, CB and NLI passes.
 OWN_PASS_SOURCES = (EVIDENTIAL, CDD_TRACES, CDD_CELL)
@@ -142,7 +142,7 @@ class Policy:
         return Path(spec.origin).resolve()
 
 
-_P1_CB = {"P1": GENERATION, "CB": CLOSED_BOOK}
+_P1_CB = {"P1": GENERATION, CLOSED_BOOK_PROMPT: CLOSED_BOOK_PASS}
 _BASELINES = (
     ("CAI", "CAI (conflict-aware)", "#e7298a"),
     ("SHAM", "SHAM (sham CoT)", "#7f7f7f"),

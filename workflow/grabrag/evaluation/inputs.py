@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from grabrag.core.conditions import NAMES
+from grabrag.core.decisions import ABSTAIN, ANSWER
 from grabrag.core.errors import DataError
 from grabrag.core.io import read_jsonl
-from grabrag.scoring.answers import ABSTAIN, ANSWER
 
 CellKey = tuple[str, str, str, str]  # (model, dataset, condition, policy)
 

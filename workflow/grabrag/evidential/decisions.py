@@ -29,11 +29,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from grabrag.core.decisions import ABSTAIN, ANSWER
 from grabrag.core.errors import DataError
 from grabrag.evidential.routing import ROUTES, evid_confidence, selected_claim
 from grabrag.policies.rows import (
-    ABSTAIN,
-    ANSWER,
     CONFLICT_AWARE,
     EVIDENTIAL_ABSTAIN,
     EVIDENTIAL_DIRECT,

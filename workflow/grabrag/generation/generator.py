@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from grabrag.core.decisions import DECISIONS
 from grabrag.core.errors import GrabragError
 from grabrag.core.io import append_checkpoint_row, read_checkpoint_rows
 from grabrag.core.progress import Progress
@@ -42,7 +43,6 @@ MODEL_SCRIPTS = (
     "cdd_baselines",
 )
 PARSE_OK, PARSE_REPAIRED, PARSE_FAILED = "ok", "repaired", "failed"
-DECISIONS = ("answer", "abstain")
 # Closing sequences tried, in order, on an output cut off by max_tokens. They only ever
 # complete the last field (reasoning), so decision, answer and confidence must all have
 # been generated: a cut before that stays "failed" instead of getting invented values.

@@ -8,6 +8,8 @@ tests/test_prompts.py checks the lines against the paper text itself.
 
 from __future__ import annotations
 
+from grabrag.core.conditions import CLOSED_BOOK_PROMPT
+
 SYSTEM_CONTEXT = (
     "You are a helpful question-answering assistant.\n"
     "Answer the question using ONLY the provided context.\n"
@@ -33,7 +35,6 @@ POLICY_INSTRUCTIONS = {
     ),
 }
 CONTEXT_PROMPTS = tuple(POLICY_INSTRUCTIONS)
-CLOSED_BOOK_PROMPT = "CB"
 
 RESPONSE_FORMAT = (
     "Respond ONLY with a JSON object in this exact format:\n"

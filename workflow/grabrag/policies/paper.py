@@ -22,7 +22,7 @@ the NLI file.
   ====================================  ===========  ==========  =================
 
   Ties: a CB confidence equal to the cutoff is not below it (it goes on to the F1
-  check); an F1 equal to the threshold agrees. F1 is :func:`grabrag.scoring.metrics.token_f1`,
+  check); an F1 equal to the threshold agrees. F1 is :func:`grabrag.scoring.answers.token_f1`,
   the evaluation metric's own normalisation. Token F1 is a ratio of small integers, so
   it is compared with a 1e-9 tolerance: an F1 that is exactly 0.8 on paper but
   0.7999999999999999 in floating point still agrees.
@@ -34,7 +34,7 @@ Failed parses (the generation row has ``parse_status`` "failed" and decision Non
 neither an answer nor an abstention, and are kept that way: the decision row has
 decision None, answer None, confidence None and rule ``parse_failed``. Nothing is
 invented (no confidence 0 that would enter AURC/ECE as a real score), they count as
-"did not answer" in :func:`grabrag.scoring.metrics.answer_rate`, and reports can count them by
+"did not answer" in :func:`grabrag.scoring.abstention.answer_rate`, and reports can count them by
 their rule. P3 and P4 never answer without P1's answer, so a failed P1 row makes a
 ``parse_failed`` P3/P4 row too. A failed CB row gives no parametric signal: like an
 abstaining CB pass it defers to P1 (P1's answer and confidence), under its own rule
@@ -54,10 +54,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from grabrag.core.conditions import CLOSED_BOOK_PROMPT
+from grabrag.core.decisions import ABSTAIN, ANSWER
 from grabrag.core.errors import DataError
 from grabrag.policies.rows import (
-    ABSTAIN,
-    ANSWER,
     CB_PARSE_FAILED,
     CB_UNRELIABLE,
     CONTRADICTION,
@@ -76,7 +76,6 @@ from grabrag.policies.rows import (
 from grabrag.scoring.answers import token_f1
 
 SINGLE_PASS = ("P0", "P1", "P2")
-CLOSED_BOOK = "CB"
 NLI = "NLI"
 
 CONFIDENCE_CUTOFF = 50
@@ -101,7 +100,7 @@ _KINDS = {
     "P0": "P0 generation",
     "P1": "P1 generation (context pass)",
     "P2": "P2 generation",
-    CLOSED_BOOK: "closed-book (CB) generation",
+    CLOSED_BOOK_PROMPT: "closed-book (CB) generation",
     NLI: "NLI",
 }
 
@@ -231,8 +230,8 @@ def p3_decisions(
 ) -> list[dict[str, Any]]:
     """P3 for every question of the P1 cell, in its order."""
     _check_generation_rows(p1_rows, "P1")
-    _check_generation_rows(cb_rows, CLOSED_BOOK)
-    cb = _by_qid(cb_rows, CLOSED_BOOK, (r["qid"] for r in p1_rows))
+    _check_generation_rows(cb_rows, CLOSED_BOOK_PROMPT)
+    cb = _by_qid(cb_rows, CLOSED_BOOK_PROMPT, (r["qid"] for r in p1_rows))
     return [p3_decision(row, cb[row["qid"]], cutoff, threshold) for row in p1_rows]
 
 
@@ -284,9 +283,9 @@ def p4_decisions(
 ) -> list[dict[str, Any]]:
     """P4 for every question of the P1 cell; the NLI file must cover every question."""
     _check_generation_rows(p1_rows, "P1")
-    _check_generation_rows(cb_rows, CLOSED_BOOK)
+    _check_generation_rows(cb_rows, CLOSED_BOOK_PROMPT)
     qids = [r["qid"] for r in p1_rows]
-    cb = _by_qid(cb_rows, CLOSED_BOOK, qids)
+    cb = _by_qid(cb_rows, CLOSED_BOOK_PROMPT, qids)
     nli = _by_qid(nli_rows, NLI, qids)
     return [p4_decision(row, cb[row["qid"]], nli[row["qid"]], cutoff) for row in p1_rows]
 
@@ -309,12 +308,12 @@ def decide_p2(inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> list[di
 def decide_p3(inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
     cutoff = settings.get("cutoff", CONFIDENCE_CUTOFF)
     threshold = settings.get("threshold", F1_THRESHOLD)
-    return p3_decisions(inputs["P1"], inputs[CLOSED_BOOK], cutoff, threshold)
+    return p3_decisions(inputs["P1"], inputs[CLOSED_BOOK_PROMPT], cutoff, threshold)
 
 
 def decide_p4(inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
     cutoff = settings.get("cutoff", CONFIDENCE_CUTOFF)
-    return p4_decisions(inputs["P1"], inputs[CLOSED_BOOK], inputs[NLI], cutoff)
+    return p4_decisions(inputs["P1"], inputs[CLOSED_BOOK_PROMPT], inputs[NLI], cutoff)
 
 
 # --- Table 12 sweep -------------------------------------------------------------------

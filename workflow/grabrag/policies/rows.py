@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-ANSWER, ABSTAIN = "answer", "abstain"
+from grabrag.core.decisions import ABSTAIN, ANSWER
+
 CONTRADICTION = "contradiction"
 
 # Rules (the ``rule`` column).

@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from grabrag.core.errors import DataError
-from grabrag.core.outputs import AUDIT_HWSA, AUDIT_RATINGS, SWAPS
+from grabrag.core.outputs import AUDIT_HWSA, AUDIT_RATINGS, SWAP_ROWS
 from grabrag.core.registry import PAPER_POLICIES
 from grabrag.evaluation.evaluate import policy_sort_key
 from grabrag.report.specs import Sources, TableSpec
@@ -322,9 +322,9 @@ TABLES = (
     TableSpec(
         "table5_swap_examples",
         lambda s: table_swap_examples(
-            {cell["dataset"]: rows for cell, rows in s.read(SWAPS)}, _ratings(s)
+            {cell["dataset"]: rows for cell, rows in s.read(SWAP_ROWS)}, _ratings(s)
         ),
-        (SWAPS, AUDIT_RATINGS),
+        (SWAP_ROWS, AUDIT_RATINGS),
     ),
     TableSpec(
         "table6_audit",

@@ -17,9 +17,6 @@ from grabrag.report.specs import TableSpec
 from grabrag.report.table_cells import _cells, _ci, _lookup, _n, _records, _value, pct
 from grabrag.report.tabular import Number, Table, where
 
-"""The policies of the CDD tables: Standard RAG (P1) for reference, then the CDD family."""
-
-
 CDD_VARIANTS = {
     "truncated": "truncation",
     "mistake": "mistake injection",

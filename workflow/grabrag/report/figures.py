@@ -19,8 +19,8 @@ from grabrag.core.conditions import NAMES as CONDITIONS  # noqa: E402
 from grabrag.core.conditions import SHOULD_ABSTAIN  # noqa: E402
 from grabrag.core.io import atomic_write  # noqa: E402
 from grabrag.core.outputs import (  # noqa: E402
-    CONTEXTS,
-    DECISIONS,
+    CONTEXT_ROWS,
+    DECISION_ROWS,
     EVID_SWEEPS,
     METRICS,
     METRICS_OVER_DATASETS,
@@ -427,10 +427,10 @@ def scored(s: Sources) -> dict[tuple[str, str, str], tuple[list[float], list[boo
     """(model, dataset, policy) -> pooled (confidence, correct) over the conditions."""
     gold = {
         (cell["dataset"], cell["condition"]): {r["qid"]: r["answers"] for r in rows}
-        for cell, rows in s.read(CONTEXTS)
+        for cell, rows in s.read(CONTEXT_ROWS)
     }
     pooled: dict[tuple[str, str, str], tuple[list[float], list[bool]]] = {}
-    for cell, rows in s.read(DECISIONS):
+    for cell, rows in s.read(DECISION_ROWS):
         dataset, condition = cell["dataset"], cell["condition"]
         conf, correct = confidence_and_correct(rows, gold[(dataset, condition)], condition)
         key = (cell["model"], dataset, cell["policy"])
@@ -463,7 +463,7 @@ def _lambda_sweep(s: Sources) -> Any:
     return lambda_sweep_figure(s.read(EVID_SWEEPS), fusion["lam"], fusion["tau1"], fusion["tau2"])
 
 
-_SCORED = (DECISIONS, CONTEXTS)
+_SCORED = (DECISION_ROWS, CONTEXT_ROWS)
 FIGURES = (
     # Figure 2 averages the datasets, with CIs from the metrics' resamples.
     FigureSpec(

@@ -23,10 +23,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from grabrag.core.conditions import SHOULD_ABSTAIN, SHOULD_ANSWER
+from grabrag.core.decisions import ABSTAIN, ANSWER
 from grabrag.core.text import normalize_answer
 
 # Which conditions should be answered and which abstained on: grabrag.core.conditions.
-ANSWER, ABSTAIN = "answer", "abstain"
 
 # QC answer categories (section 3.5, Table 3, Table 9).
 OVERRIDE, ECHO, HALLUCINATION = "override", "echo", "hallucination"
