@@ -14,9 +14,15 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from grabrag.core import registry
 from grabrag.data.assets import manifest_path
 from grabrag.pipeline.codehash import code_hash, module_code_hash
-from grabrag.core.conditions import CLOSED_BOOK, SEED_COMPARED
+from grabrag.core.conditions import (
+    CLOSED_BOOK,
+    SEED_COMPARED,
+    TRUTHFULQA,
+    TRUTHFULQA_CONDITIONS,
+)
 from grabrag.pipeline.config import validate_config
 from grabrag.contexts.paired import PAIRED_CONDITIONS
+from grabrag.contexts.truthfulqa import TRUTHFULQA_CONTEXTS
 from grabrag.core.errors import ConfigError
 from grabrag.core import outputs
 from grabrag.policies.paper import p3_sweep_grid
@@ -98,6 +104,12 @@ if config["seed_sensitivity"]:
     SEED_VARIANTS[f"{_sensitivity['dataset']}_seed{_sensitivity['seed']}"] = _sensitivity
 SEED_VARIANT_CONDITIONS = [c for c in SEED_COMPARED if c in GENERATION_CONDITIONS]
 
+# CDD's TruthfulQA misconception-injection probe (rules/truthfulqa.smk): a dataset of its
+# own with its own two conditions, on which every configured policy runs. It stays out of
+# DATASETS: only its table reads it.
+TRUTHFULQA_PROBE = config["truthfulqa_probe"]
+TRUTHFULQA_DATASETS = [TRUTHFULQA] if TRUTHFULQA_PROBE else []
+
 # CDD and CDD_ALPHA both read the CDD traces; the baselines among the configured policies.
 CDD_TRACES = any(registry.CDD_TRACES in registry.policy(p).inputs.values() for p in POLICIES)
 CDD_BASELINES = [p for p in POLICIES if registry.CDD_CELL in registry.policy(p).inputs.values()]
@@ -112,6 +124,7 @@ FEATURES = registry.Features(
     cdd_diagnostics=CDD_TRACES and bool(config["cdd"]["diagnostics"]),
     audited=bool(AUDITED_DATASETS),
     seed_sensitivity=bool(SEED_VARIANTS),
+    truthfulqa_probe=bool(TRUTHFULQA_PROBE),
 )
 # The tables and figures this config produces (grabrag.report.specs).
 TABLE_NAMES = table_names(FEATURES)
@@ -129,11 +142,18 @@ def _alternatives(names):
     return "|".join(re.escape(n) for n in sorted(names))
 
 
+# The datasets the GRAB-RAG stages build questions, corpus and contexts for: the probe's
+# dataset has rules of its own for those (rules/truthfulqa.smk).
+BUILT_DATASETS = _alternatives([*config["datasets"], *SEED_VARIANTS])
+
+
 wildcard_constraints:
     asset=_alternatives(config["assets"]),
-    dataset=_alternatives([*config["datasets"], *SEED_VARIANTS]),
+    dataset=_alternatives([*config["datasets"], *SEED_VARIANTS, *TRUTHFULQA_DATASETS]),
     model=_alternatives(config["models"]),
-    condition=_alternatives(GENERATION_CONDITIONS),
+    condition=_alternatives(
+        [*GENERATION_CONDITIONS, *(TRUTHFULQA_CONDITIONS if TRUTHFULQA_PROBE else ())]
+    ),
     policy=_alternatives(POLICIES),
     table=_alternatives(tables()),
     figure=_alternatives(figures()),
@@ -210,11 +230,14 @@ def closed_book_cell(wildcards):
 
 
 def metric_policies(dataset):
-    """Policies the metrics of one dataset evaluate. A seed variant (Table 13) runs those
-    that need no model pass of their own (P0-P4, and a module's policy that reads their
-    cells): EvidentialRAG's and CDD's passes would be wasted, as Table 13 shows neither."""
+    """Policies the metrics (or the TruthfulQA probe's table) of one dataset evaluate. A
+    seed variant (Table 13) runs those that need no model pass of their own (P0-P4, and a
+    module's policy that reads their cells): EvidentialRAG's and CDD's passes would be
+    wasted, as Table 13 shows neither."""
     if dataset in SEED_VARIANTS:
         return [p for p in POLICIES if not registry.policy(p).own_pass]
+    if dataset in TRUTHFULQA_DATASETS:
+        return POLICIES  # the probe runs every policy that can run on it
     return dataset_policies(dataset)
 
 
@@ -491,7 +514,13 @@ DATASET_SCOPES = {
     outputs.CDD_DIAGNOSTIC_DATASETS: CDD_DATASETS if FEATURES.cdd_diagnostics else [],
     outputs.AUDITED_DATASETS: AUDITED_DATASETS,
     outputs.SEED_VARIANT_DATASETS: list(SEED_VARIANTS),
+    outputs.TRUTHFULQA_DATASETS: TRUTHFULQA_DATASETS,
 }
+
+
+def cell_conditions(dataset):
+    """The conditions of a dataset's cells: the probe's two on its own, else the config's."""
+    return TRUTHFULQA_CONDITIONS if dataset in TRUTHFULQA_DATASETS else GENERATION_CONDITIONS
 
 
 def output_cells(name):
@@ -502,7 +531,7 @@ def output_cells(name):
     values = {
         "model": lambda cell: MODELS,
         "dataset": lambda cell: DATASET_SCOPES[spec.datasets],
-        "condition": lambda cell: GENERATION_CONDITIONS,
+        "condition": lambda cell: cell_conditions(cell.get("dataset")),
         "policy": lambda cell: metric_policies(cell["dataset"]),
         "prompt": lambda cell: list(CONTEXT_PROMPTS),
     }

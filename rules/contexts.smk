@@ -15,6 +15,8 @@ rule build_contexts:
         report="results/contexts/{dataset}/report.json",
     log:
         "results/logs/build_contexts/{dataset}.log",
+    wildcard_constraints:
+        dataset=BUILT_DATASETS,
     conda:
         GRABRAG_ENV
     params:

@@ -10,6 +10,8 @@ rule prepare_data:
         report="results/data/{dataset}/report.json",
     log:
         "results/logs/prepare_data/{dataset}.log",
+    wildcard_constraints:
+        dataset=BUILT_DATASETS,
     conda:
         GRABRAG_ENV
     params:

@@ -40,6 +40,7 @@ GLINER_BACKBONE = "microsoft/deberta-v3-base"
 # The rehearsal's questions per dataset: enough for every condition (Q0's hard negatives
 # come from the other questions' gold passages) and the seed-43 rebuild's own sample.
 REHEARSAL_QUESTIONS = {"nq": 3, "hotpotqa": 3}
+REHEARSAL_PROBE_QUESTIONS = 2  # the TruthfulQA probe's, where the config runs it
 
 
 def _bge_layout(minilm: Path, target: Path) -> None:
@@ -148,9 +149,10 @@ def rehearsal_config(
     datasets: list[str] | None = None,
 ) -> dict[str, Any]:
     """``shipped`` with its hub assets served by the stand-ins and only its multiplicity
-    shrunk: a few questions per dataset and, when given, a subset of its ``models`` and
-    ``datasets`` (the seed-43 rebuild moves to the first of each kept when its own cell is
-    gone); every backend, adapter, condition, policy and table stays as shipped.
+    shrunk: a few questions per dataset (and in the TruthfulQA probe) and, when given, a
+    subset of its ``models`` and ``datasets`` (the seed-43 rebuild moves to the first of
+    each kept when its own cell is gone); every backend, adapter, condition, policy and
+    table stays as shipped.
 
     Two settings follow from the stand-ins, not from the config: a GGUF's pinned sha256 is
     the stand-in's (a pin stays a pin), and each model may fall back to the CPU (its
@@ -172,4 +174,6 @@ def rehearsal_config(
         model["allow_cpu"] = True
     for name, dataset in config["datasets"].items():
         dataset["n_questions"] = REHEARSAL_QUESTIONS[name]
+    if config.get("truthfulqa_probe"):
+        config["truthfulqa_probe"]["n_questions"] = REHEARSAL_PROBE_QUESTIONS
     return config

@@ -220,8 +220,13 @@ def test_paper_config_is_the_paper_and_extended_adds_every_extension() -> None:
         *("EVID", "EVID_CB", "CDD", "CDD_ALPHA", "CAI", "SHAM", "REFLECT", "FILTER"),
     ]
     assert extended["evidential"]["datasets"] is None and extended["cdd"]["datasets"] is None
+    # and CDD's TruthfulQA probe on all its questions, from its own asset
+    assert paper["truthfulqa_probe"] is None
+    assert extended["truthfulqa_probe"] == {"asset": "bigbench-truthful-qa", "n_questions": None}
+    assert "bigbench-truthful-qa" not in paper["assets"]
+    extended["assets"].pop("bigbench-truthful-qa")
     # everything else is the paper's setting (the cdd section only matters where CDD runs)
-    for key in ("generation", "policies", "cdd"):
+    for key in ("generation", "policies", "cdd", "truthfulqa_probe"):
         for config in (paper, extended):
             config.pop(key)
     assert extended == paper

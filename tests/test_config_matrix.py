@@ -48,6 +48,10 @@ def _no_seed_sensitivity(config: dict[str, Any], _: Path) -> None:
     config["seed_sensitivity"] = None
 
 
+def _no_truthfulqa_probe(config: dict[str, Any], _: Path) -> None:
+    config["truthfulqa_probe"] = None
+
+
 def _audit_filled(config: dict[str, Any], directory: Path) -> None:
     audit = directory / "audit_nq_filled.csv"
     audit.write_text("qid,quality\n")
@@ -63,6 +67,11 @@ VARIANTS: dict[str, tuple[Callable[[dict[str, Any], Path], None], set[str], set[
     "no_cdd": (_no_cdd, EVID_RULES, CDD_RULES),
     "no_seed_sensitivity": (_no_seed_sensitivity, {"table"}, set()),
     "audit_filled": (_audit_filled, {"audit_hwsa", "table"}, set()),
+    "no_truthfulqa_probe": (
+        _no_truthfulqa_probe,
+        {"policy"},
+        {"truthfulqa_questions", "truthfulqa_contexts"},
+    ),
 }
 
 
@@ -81,3 +90,5 @@ def test_variant_plans_cleanly(variant: str, tmp_path: Path) -> None:
     assert "Traceback" not in proc.stdout + proc.stderr
     if variant == "no_qc":  # no QC or QX cell is generated or decided
         assert "/QC/" not in proc.stdout and "/QX/" not in proc.stdout
+    if variant == "no_truthfulqa_probe":
+        assert "truthfulqa/TQ" not in proc.stdout and "tables/truthfulqa_probe" not in proc.stdout

@@ -154,10 +154,11 @@ def test_module_policy_reaches_decisions_metrics_tables_and_figures(
     tmp_path: Path, clean_registry: None
 ) -> None:
     config = _tiny()
-    # One dataset, the paper's policies and the module's; no EvidentialRAG, CDD or seed
-    # variant: only what the policy needs.
+    # One dataset, the paper's policies and the module's; no EvidentialRAG, CDD, seed
+    # variant or TruthfulQA probe: only what the policy needs.
     config["datasets"] = {"nq_bigbench": config["datasets"]["nq_bigbench"]}
     config["seed_sensitivity"] = None
+    config["truthfulqa_probe"] = None
     for method in ("evidential", "cdd"):
         config[method]["datasets"] = None
     # A copy of the module, so that the test can edit it once the run is done.

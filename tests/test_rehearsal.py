@@ -17,6 +17,7 @@ on one model and one dataset (its other cells run the same code as the paper con
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -163,7 +164,12 @@ def test_every_table_and_figure_of_the_config_is_built(rehearsal: SimpleNamespac
             cdd_traces=True,
             cdd_diagnostics=True,
             seed_sensitivity=True,
+            truthfulqa_probe=True,
         )
+        # the probe ran every configured policy, clean and injected
+        with (results / "tables" / "truthfulqa_probe.tidy.csv").open(newline="") as handle:
+            probe = {row["policy"] for row in csv.DictReader(handle)}
+        assert probe == set(rehearsal.config["policies"]["names"]), probe
     assert tables == set(table_names(features))
     assert figures == set(figure_names(features))
     for table in tables:
@@ -181,10 +187,13 @@ def test_every_hub_asset_came_through_the_registry_and_is_locked(rehearsal) -> N
     used |= {d["asset"] for d in config["datasets"].values()}
     used |= {config["retrieval"]["encoder"], config["nli"]["asset"]}
     used |= {config["ner"]["asset"], config["ner"]["tokenizer"]}
-    fetched = {p.name for p in rehearsal.run["resources"].iterdir() if p.name != "logs"}
-    assert fetched == used
     assert all("hub" in config["assets"][name] for name in used)
-    for asset in fetched:
+    # the TruthfulQA probe's questions: a member of BIG-bench's sdist on PyPI
+    probe = [config["truthfulqa_probe"]["asset"]] if config.get("truthfulqa_probe") else []
+    assert all("pypi" in config["assets"][name] for name in probe)
+    fetched = {p.name for p in rehearsal.run["resources"].iterdir() if p.name != "logs"}
+    assert fetched == used | set(probe)
+    for asset in fetched - set(probe):
         manifest = _manifest(rehearsal, asset)
         revision = config["assets"][asset]["revision"]
         # a pinned commit is fetched as given; a branch name resolves to the hub's head

@@ -672,6 +672,8 @@ def test_the_features_of_a_config_choose_its_tables_and_figures() -> None:
         cdd_diagnostics=True,
         audited=True,
         seed_sensitivity=True,
+        truthfulqa_probe=True,
     )
+    assert "truthfulqa_probe" not in table_names(plain)
     assert table_names(everything) == list(tables())
     assert "lambda_sweep" in figure_names(everything)

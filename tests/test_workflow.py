@@ -23,6 +23,7 @@ from grabrag.core.outputs import (
     METRICS_OVER_DATASETS,
     SEED_METRICS,
 )
+from grabrag.pipeline.config import validate_config
 from grabrag.report.specs import table_spec
 
 from .conftest import (
@@ -163,13 +164,14 @@ def test_editing_one_stage_param_reruns_only_that_stage(tiny_run: Path, tmp_path
     jobs = planned_jobs(plan)
     # The context stage and everything downstream of it rerun; nothing upstream does.
     # (The seed-43 variant of nq_bigbench adds one build_contexts and qc_contexts job and
-    # its Q0 + QC generation; it has no QX and runs P0-P4 only.)
+    # its Q0 + QC generation; it has no QX and runs P0-P4 only. The TruthfulQA probe's
+    # contexts are capped too: its two conditions rerun with every policy.)
     assert jobs["build_contexts"] == 3 and jobs["qc_contexts"] == 3, plan
-    assert jobs["qx_contexts"] == 2, plan
-    assert jobs["generate_context_prompts"] == 2 * 5 + 2, plan
-    # EvidentialRAG, CDD and the baselines: every condition of nq_bigbench
-    assert jobs["evidential_evaluate"] == jobs["evidential_generate"] == 5, plan
-    assert jobs["cdd_generate"] == jobs["baselines_generate"] == 5, plan
+    assert jobs["qx_contexts"] == 2 and jobs["truthfulqa_contexts"] == 1, plan
+    assert jobs["generate_context_prompts"] == 2 * 5 + 2 + 2, plan
+    # EvidentialRAG, CDD and the baselines: every condition of nq_bigbench, and the probe's
+    assert jobs["evidential_evaluate"] == jobs["evidential_generate"] == 5 + 2, plan
+    assert jobs["cdd_generate"] == jobs["baselines_generate"] == 5 + 2, plan
     assert not {
         "fetch_asset",
         "prepare_data",
@@ -216,8 +218,12 @@ def test_extended_config_plans_every_extension(tmp_path: Path) -> None:
     proc = snakemake(tmp_path, "-n", configfile=REPO / "config/extended.yaml")
     jobs = planned_jobs(proc.stdout)
     assert EXTENSION_RULES <= set(jobs), jobs
-    assert jobs["generate_context_prompts"] == 3 * 2 * 5 + 2
-    assert jobs["policy"] == 13 * 3 * 2 * 5 + 5 * 2
+    # 3 models x 2 datasets x 5 conditions, the seed variant's Q0 + QC, and the TruthfulQA
+    # probe's two conditions per model, on which every one of the 13 policies runs
+    assert jobs["generate_context_prompts"] == 3 * 2 * 5 + 2 + 3 * 2
+    assert jobs["policy"] == 13 * 3 * 2 * 5 + 5 * 2 + 13 * 3 * 2
+    assert jobs["truthfulqa_questions"] == jobs["truthfulqa_contexts"] == 1
+    assert "results/tables/truthfulqa_probe.csv" in proc.stdout
     for table in ("hwsa_conditions", "table11b_ece15", "evid_results", "cdd_results"):
         assert f"results/tables/{table}.csv" in proc.stdout, table
 
@@ -451,8 +457,10 @@ def test_policy_jobs_make_no_llm_call(tiny_run: Path, tmp_path: Path) -> None:
     )
     jobs = planned_jobs(proc.stdout + proc.stderr)
     # squad: 5 conditions x P0-P4; nq_bigbench: 5 conditions x 13 policies (P0-P4, EVID,
-    # EVID_CB, CDD, CDD_ALPHA and the four baselines); the seed variant's Q0 + QC x P0-P4
-    assert jobs.get("policy") == 5 * 5 + 5 * 13 + 2 * 5 and jobs.get("p3_sweep") == 2
+    # EVID_CB, CDD, CDD_ALPHA and the four baselines); the seed variant's Q0 + QC x P0-P4;
+    # the TruthfulQA probe's 2 conditions x 13 policies
+    assert jobs.get("policy") == 5 * 5 + 5 * 13 + 2 * 5 + 2 * 13
+    assert jobs.get("p3_sweep") == 2
     assert not MODEL_RULES & set(jobs), jobs
 
 
@@ -605,11 +613,17 @@ def test_report_stage_is_incremental(tiny_run: Path, tmp_path: Path) -> None:
     edited = tmp_path / "edited.yaml"
     edited.write_text(yaml.safe_dump(config, sort_keys=False))  # the datasets' order kept
     plan = snakemake(tmp_path, "-n", configfile=edited).stdout
-    # the tables and figures that read the metrics (or the CDD diagnostics) rerun, those
-    # that read the decisions, the sweeps or nothing do not
+    # the tables and figures that read the metrics (or the CDD diagnostics) or resample
+    # themselves (the TruthfulQA probe's) rerun, those that read the decisions, the sweeps
+    # or nothing do not
     produced = {p.stem: p for p in (tiny_run / "results/tables").glob("*.md")}
     resampled = {METRICS, SEED_METRICS, METRICS_OVER_DATASETS, CDD_DIAGNOSTICS_TABLE}
-    reading = [n for n in produced if set(table_spec(n).reads) & resampled]
+    reading = [
+        n
+        for n in produced
+        if set(table_spec(n).reads) & resampled or "bootstrap" in table_spec(n).settings
+    ]
+    assert "truthfulqa_probe" in reading
     assert 0 < len(reading) < len(produced)
     assert planned_jobs(plan) == {
         "metrics": 3,
@@ -785,3 +799,38 @@ def test_every_declared_output_kind_is_where_its_pattern_says(tiny_run: Path) ->
             continue  # a file the config names; the tiny config audits no dataset
         found = list(tiny_run.glob(re.sub(r"{\w+}", "*", spec.pattern)))
         assert found, name
+
+
+def test_truthfulqa_probe_runs_every_policy_clean_and_injected(tiny_run: Path) -> None:
+    """The tiny config's probe on three questions: the real BIG-bench file read whole (299
+    rows, none malformed), paired contexts, every configured policy's decisions at both
+    conditions, and the table over them."""
+    report = json.loads((tiny_run / "results/data/truthfulqa/report.json").read_text())
+    assert (report["rows"], report["malformed_skipped"], report["questions"]) == (299, 0, 3)
+    questions = read_jsonl(tiny_run / "results/data/truthfulqa/questions.jsonl")
+    qids = [q["qid"] for q in questions]
+    for question in questions:
+        assert question["false_answers"] and question["best_answer"] in question["true_answers"]
+    for condition, role in (("TQM", "misconception"), ("TQB", "best_answer")):
+        rows = read_jsonl(tiny_run / f"results/contexts/truthfulqa/{condition}.jsonl")
+        assert [r["qid"] for r in rows] == qids
+        for row, question in zip(rows, questions, strict=True):
+            [passage] = row["passages"]
+            shown = question["false_answers"][0] if condition == "TQM" else question["best_answer"]
+            assert (passage["role"], passage["text"]) == (role, shown)
+    configured = validate_config(yaml.safe_load(TINY.read_text()))["policies"]["names"]
+    for condition in ("TQB", "TQM"):
+        for policy in configured:
+            cell = f"results/policies/{MODEL}/truthfulqa/{condition}/{policy}.jsonl"
+            rows = read_jsonl(tiny_run / cell)
+            assert [r["qid"] for r in rows] == qids, (condition, policy)
+    with (tiny_run / "results/tables/truthfulqa_probe.tidy.csv").open(newline="") as handle:
+        tidy = list(csv.DictReader(handle))
+    assert {r["policy"] for r in tidy} == set(configured)
+    categories = [r["row"] for r in tidy if r["policy"] == "P1" and r["quantity"] == "n"]
+    assert categories[-1] == "category=all"
+    assert (
+        (tiny_run / "results/tables/truthfulqa_probe.md")
+        .read_text()
+        .startswith("CDD's TruthfulQA misconception-injection probe")
+    )

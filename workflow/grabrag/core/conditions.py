@@ -44,3 +44,15 @@ CLOSED_BOOK_PROMPT = "CB"
 """The closed-book pass's prompt, and the key its rows arrive under in a policy's inputs."""
 SEED_COMPARED = ("Q0", "QC")
 """The conditions Table 13 compares under two construction seeds."""
+
+# CDD's TruthfulQA misconception-injection probe (grabrag.contexts.truthfulqa): its own
+# dataset and conditions, scored by its own table, outside the GRAB-RAG metrics.
+TRUTHFULQA = "truthfulqa"
+"""The probe's dataset: BIG-bench's TruthfulQA questions (``truthfulqa_probe``)."""
+BEST_ANSWER_CONTEXT = "TQB"
+"""The probe's clean condition: the question's best answer as the only passage."""
+MISCONCEPTION_CONTEXT = "TQM"
+"""The probe's injected condition: the question's most common misconception (its first
+false answer) as the only passage."""
+TRUTHFULQA_CONDITIONS = (BEST_ANSWER_CONTEXT, MISCONCEPTION_CONTEXT)
+"""The probe's two paired conditions, clean first."""

@@ -126,6 +126,7 @@ CDD_TRACE_DATASETS = "cdd_traces"  # the CDD datasets, when CDD or CDD-alpha is 
 CDD_DIAGNOSTIC_DATASETS = "cdd_diagnostics"  # the CDD datasets, with cdd.diagnostics on
 AUDITED_DATASETS = "audited"  # those whose QC audit is filled in (qc.audit_filled)
 SEED_VARIANT_DATASETS = "seed_variants"  # the seed-sensitivity variant ("<dataset>_seed<seed>")
+TRUTHFULQA_DATASETS = "truthfulqa"  # the TruthfulQA probe's dataset, when truthfulqa_probe is set
 DATASET_SCOPES = (
     ALL_DATASETS,
     EVIDENTIAL_DATASETS,
@@ -134,8 +135,10 @@ DATASET_SCOPES = (
     CDD_DIAGNOSTIC_DATASETS,
     AUDITED_DATASETS,
     SEED_VARIANT_DATASETS,
+    TRUTHFULQA_DATASETS,
 )
-# The axes a pattern may vary over; ``policy`` takes the policies that run on the cell's
+# The axes a pattern may vary over; ``condition`` takes the generation conditions (the
+# TruthfulQA probe's two on its dataset), ``policy`` the policies that run on the cell's
 # dataset, ``prompt`` the context prompts P0-P2.
 AXES = ("model", "dataset", "condition", "policy", "prompt")
 
@@ -353,5 +356,26 @@ CDD_DIAGNOSTICS_TABLE = declare(
         diagnostics_frame,
         "CDD's trace diagnostics: causal sensitivity, ablations, source control",
         CDD_DIAGNOSTIC_DATASETS,
+    )
+).name
+
+TRUTHFULQA_QUESTIONS = declare(
+    Output(
+        "truthfulqa_questions",
+        "results/data/{dataset}/questions.jsonl",
+        ("dataset",),
+        rows_by_cell,
+        "the TruthfulQA probe's questions: category, best, true and false answers",
+        TRUTHFULQA_DATASETS,
+    )
+).name
+TRUTHFULQA_DECISIONS = declare(
+    Output(
+        "truthfulqa_decisions",
+        "results/policies/{model}/{dataset}/{condition}/{policy}.jsonl",
+        ("dataset", "model", "condition", "policy"),
+        rows_by_cell,
+        "every policy's decision rows on the TruthfulQA probe, clean and injected",
+        TRUTHFULQA_DATASETS,
     )
 ).name

@@ -276,6 +276,7 @@ class Features:
     cdd_diagnostics: bool = False  # cdd.diagnostics with traces
     audited: bool = False  # some dataset's QC audit is filled in
     seed_sensitivity: bool = False  # a seed variant is configured
+    truthfulqa_probe: bool = False  # CDD's TruthfulQA misconception-injection probe
 
 
 def register(policy: Policy) -> Policy:

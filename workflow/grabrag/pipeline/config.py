@@ -12,9 +12,11 @@ import yaml
 
 from grabrag.core import registry
 from grabrag.core.conditions import NAMES as CONDITION_NAMES
+from grabrag.core.conditions import TRUTHFULQA
 from grabrag.core.errors import ConfigError
 from grabrag.core.plugins import config_modules
 from grabrag.data.datasets import ADAPTERS
+from grabrag.data.truthfulqa import TRUTHFULQA_ASSET
 
 SCHEMA_FILE = "config.schema.yaml"
 
@@ -188,6 +190,28 @@ def _check_seed_sensitivity(checked: Mapping[str, Any]) -> None:
             )
 
 
+def _expand_truthfulqa_probe(checked: dict[str, Any]) -> None:
+    """``truthfulqa_probe: N`` is short for N questions from the default asset, so that one
+    ``--config truthfulqa_probe=N`` turns the probe on (a ``--config`` value that is a
+    mapping arrives with every number as text)."""
+    value = checked.get("truthfulqa_probe")
+    if isinstance(value, int) and not isinstance(value, bool):
+        checked["truthfulqa_probe"] = {"asset": TRUTHFULQA_ASSET, "n_questions": value}
+
+
+def _check_truthfulqa_probe(checked: Mapping[str, Any]) -> None:
+    """The probe's asset exists, and its dataset's name is free."""
+    probe = checked.get("truthfulqa_probe")
+    if not probe:
+        return
+    _need_asset(checked["assets"], "truthfulqa_probe.asset", probe["asset"])
+    if TRUTHFULQA in checked["datasets"]:
+        raise ConfigError(
+            f"config key 'datasets' has a dataset named '{TRUTHFULQA}', the name of the "
+            "TruthfulQA probe's own dataset (truthfulqa_probe): rename that dataset"
+        )
+
+
 def _check_evidential(checked: Mapping[str, Any]) -> None:
     """EvidentialRAG's evaluator is a configured model and its thresholds are ordered."""
     evidential = checked["evidential"]
@@ -234,12 +258,14 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """
     checked = copy.deepcopy(dict(config))
     _check_hub_revisions(checked)
+    _expand_truthfulqa_probe(checked)
     _check_schema(checked)
     _check_asset_files(checked["assets"])
     _check_models_and_retrieval(checked)
     _check_ner_and_nli(checked)
     _check_dataset_references(checked)
     _check_seed_sensitivity(checked)
+    _check_truthfulqa_probe(checked)
     _check_evidential(checked)
     _check_contexts(checked)
     return checked

@@ -14,10 +14,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from grabrag.core import registry
-from grabrag.core.conditions import CLOSED_BOOK, SEED_COMPARED
+from grabrag.core.conditions import (
+    CLOSED_BOOK,
+    SEED_COMPARED,
+    TRUTHFULQA,
+    TRUTHFULQA_CONDITIONS,
+)
 from grabrag.core.plugins import config_modules, load_modules
 from grabrag.data.asset_checks import human_bytes
 from grabrag.data.asset_hub import asset_bytes
+from grabrag.data.truthfulqa import QUESTIONS_IN_FILE
 
 
 def used_assets(config: Mapping[str, Any]) -> list[str]:
@@ -33,6 +39,8 @@ def used_assets(config: Mapping[str, Any]) -> list[str]:
     ]
     if "P4" in config["policies"]["names"]:
         names.append(config["nli"].get("asset"))
+    if config.get("truthfulqa_probe"):
+        names.append(config["truthfulqa_probe"]["asset"])
     return list(dict.fromkeys(n for n in names if n))
 
 
@@ -148,6 +156,26 @@ def _seed_sensitivity_rows(
     ]
 
 
+def _truthfulqa_rows(config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The TruthfulQA probe's calls: every model-calling rule above, on the probe's dataset
+    (one passage per context) at its two conditions, with every configured policy."""
+    probe = config.get("truthfulqa_probe")
+    if not probe:
+        return []
+    n = probe["n_questions"] or QUESTIONS_IN_FILE
+    on_probe = {
+        **config,
+        "datasets": {TRUTHFULQA: {"n_questions": n}},
+        "generation": {**config["generation"], "conditions": list(TRUTHFULQA_CONDITIONS)},
+        "contexts": {**config["contexts"], "n_passages": 1},
+        "evidential": {**config["evidential"], "datasets": None},
+        "cdd": {**config["cdd"], "datasets": None},
+        "seed_sensitivity": None,
+        "truthfulqa_probe": None,
+    }
+    return [{**row, "rule": f"{row['rule']} (TruthfulQA probe)"} for row in model_calls(on_probe)]
+
+
 def model_calls(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per model-calling rule: its jobs and its model calls at most (every question kept
     and QC-eligible), with how the number is made."""
@@ -175,6 +203,7 @@ def model_calls(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows += _evidential_rows(config, m, n_by_dataset, conditions)
     rows += _cdd_rows(config, m, n_by_dataset, conditions)
     rows += _seed_sensitivity_rows(config, n_by_dataset, conditions)
+    rows += _truthfulqa_rows(config)
     return rows
 
 

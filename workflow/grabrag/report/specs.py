@@ -4,10 +4,11 @@ produces it, and how it is built from the :class:`Sources` its job reads.
 
 The paper's tables are declared in their family's module (``TABLES`` at the end of
 :mod:`grabrag.report.grabrag_tables`, ``p3_tables``, ``audit_tables``,
-``evidential_tables``, ``cdd_tables``), the figures in :mod:`grabrag.report.figures`
-(``FIGURES``); a config's ``modules`` may add more with :func:`register_table` and
-:func:`register_figure`. Each table and figure is a job of its own: it reruns when what it
-reads, its settings, or the code of the module that declares it changes.
+``evidential_tables``, ``cdd_tables``, ``truthfulqa_tables``), the figures in
+:mod:`grabrag.report.figures` (``FIGURES``); a config's ``modules`` may add more with
+:func:`register_table` and :func:`register_figure`. Each table and figure is a job of its
+own: it reruns when what it reads, its settings, or the code of the module that declares
+it changes.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ SETTINGS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "seed_sensitivity": _seed_sensitivity,  # the variant dataset's spec, with the base seed
     "audit": _audit,  # the audited datasets, the bootstrap and its seed
     "ner_backend": lambda config: config["ner"]["backend"],
+    "bootstrap": lambda config: {**config["bootstrap"], "seed": config["seed"]},
 }
 """The config settings a table or figure may use, by name: its job gets those it declares
 and only those, so editing one reruns the outputs that show it and no other."""
@@ -141,6 +143,7 @@ TABLE_MODULES = (
     "grabrag.report.audit_tables",
     "grabrag.report.evidential_tables",
     "grabrag.report.cdd_tables",
+    "grabrag.report.truthfulqa_tables",
 )
 FIGURE_MODULES = ("grabrag.report.figures",)
 _REGISTERED_TABLES: dict[str, TableSpec] = {}

@@ -1,0 +1,43 @@
+# CDD's TruthfulQA misconception-injection probe (truthfulqa_probe): BIG-bench's TruthfulQA
+# questions and their paired contexts, the best answer or the most common misconception as
+# the only passage. The generation, NLI, EvidentialRAG, CDD and policy rules then run on the
+# probe dataset as on any other, and the truthfulqa_probe table scores their decisions.
+
+if TRUTHFULQA_PROBE:
+
+    rule truthfulqa_questions:
+        input:
+            source=asset_manifest(TRUTHFULQA_PROBE["asset"]),
+        output:
+            questions=f"results/data/{TRUTHFULQA}/questions.jsonl",
+            report=f"results/data/{TRUTHFULQA}/report.json",
+        log:
+            f"results/logs/truthfulqa_questions/{TRUTHFULQA}.log",
+        conda:
+            GRABRAG_ENV
+        params:
+            n_questions=TRUTHFULQA_PROBE["n_questions"],
+            seed=config["seed"],
+            code=script_code("truthfulqa_questions.py"),
+        script:
+            "../workflow/scripts/truthfulqa_questions.py"
+
+    rule truthfulqa_contexts:
+        input:
+            questions=f"results/data/{TRUTHFULQA}/questions.jsonl",
+            tokenizer=asset_manifest(tokenizer_asset()),
+        output:
+            **{
+                condition: f"results/contexts/{TRUTHFULQA}/{condition}.jsonl"
+                for condition in TRUTHFULQA_CONTEXTS
+            },
+        log:
+            f"results/logs/truthfulqa_contexts/{TRUTHFULQA}.log",
+        conda:
+            GRABRAG_ENV
+        params:
+            seed=config["seed"],
+            max_tokens=config["contexts"]["max_context_tokens"],
+            code=script_code("truthfulqa_contexts.py"),
+        script:
+            "../workflow/scripts/truthfulqa_contexts.py"

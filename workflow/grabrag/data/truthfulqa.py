@@ -1,0 +1,139 @@
+"""BIG-bench's TruthfulQA (``truthful_qa/questions.json``) for CDD's misconception-injection
+probe: each question with its category, its best answer, its true answers and its false
+answers. The first false answer is the question's most common misconception, the one the
+probe injects as the retrieved passage.
+
+The file is a member of the BIG-bench sdist the knowledge-conflict questions come from, so
+the probe needs no other download. Question schema (one JSON object per line)::
+
+    {"qid", "index", "question", "category", "best_answer",
+     "true_answers": [...], "false_answers": [...]}
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from grabrag.core.errors import DataError
+from grabrag.core.io import read_json
+from grabrag.data.datasets import MAX_MALFORMED_FRACTION
+
+TRUTHFULQA_ASSET = "bigbench-truthful-qa"
+"""The asset the shipped configs declare for the file (``truthfulqa_probe.asset``'s default)."""
+QUESTIONS_IN_FILE = 299
+"""The questions of BIG-bench's truthful_qa/questions.json (bigbench 1.0.0)."""
+MISCONCEPTIONS = "Misconceptions"
+"""The category the probe lists first (with its sub-categories, "Misconceptions: Health" ...)."""
+
+
+@dataclass(frozen=True)
+class TruthfulQAQuestion:
+    qid: str
+    index: int  # the row's position in the file: qids stay stable when N or the seed change
+    question: str
+    category: str
+    best_answer: str
+    true_answers: list[str]
+    false_answers: list[str]
+
+    @property
+    def misconception(self) -> str:
+        """The most common misconception: TruthfulQA lists it as the first false answer."""
+        return self.false_answers[0]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TruthfulQAFile:
+    questions: list[TruthfulQAQuestion]
+    malformed: list[str]  # rows skipped, each "where: why"
+
+
+def _field(row: dict[str, Any], key: str, where: str, kind: type) -> Any:
+    if key not in row:
+        raise DataError(f"{where}: missing field '{key}'")
+    if not isinstance(row[key], kind):
+        raise DataError(f"{where}: field '{key}' should be {kind.__name__}")
+    return row[key]
+
+
+def _unique(answers: list[str]) -> list[str]:
+    return list(dict.fromkeys(a.strip() for a in answers if a.strip()))
+
+
+def _answers(row: dict[str, Any], key: str, where: str) -> list[str]:
+    values = _field(row, key, where, list)
+    if not all(isinstance(v, str) for v in values):
+        raise DataError(f"{where}: '{key}' should be a list of strings")
+    answers = _unique(values)
+    if not answers:
+        raise DataError(f"{where}: '{key}' is empty")
+    return answers
+
+
+def _question(row: Any, index: int, where: str) -> TruthfulQAQuestion:
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: expected a JSON object")
+    question = _field(row, "Question", where, str).strip()
+    best = _field(row, "Best answer", where, str).strip()
+    if not question or not best:
+        raise DataError(f"{where}: empty 'Question' or 'Best answer'")
+    true_answers = _answers(row, "True answers", where)
+    return TruthfulQAQuestion(
+        qid=f"tqa-{index:03d}",
+        index=index,
+        question=question,
+        category=_field(row, "Category", where, str).strip() or "(none)",
+        best_answer=best,
+        # the best answer is a true answer even where the file does not list it again
+        true_answers=_unique([best, *true_answers]),
+        false_answers=_answers(row, "False answers", where),
+    )
+
+
+def adapt_bigbench_truthful_qa(path: Path) -> TruthfulQAFile:
+    """Read BIG-bench's ``truthful_qa/questions.json`` (``{"examples": [{"Question",
+    "Category", "Best answer", "True answers", "False answers"}, ...]}``). A row without
+    false answers (no misconception to inject), without true answers or otherwise
+    malformed is counted and skipped; more than MAX_MALFORMED_FRACTION of them means the
+    wrong file, an error."""
+    data = read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("examples"), list):
+        raise DataError(f"{path}: not BIG-bench's truthful_qa/questions.json (no 'examples' list)")
+    questions: list[TruthfulQAQuestion] = []
+    malformed: list[str] = []
+    for index, row in enumerate(data["examples"]):
+        try:
+            questions.append(_question(row, index, f"{path}: examples[{index}]"))
+        except DataError as error:
+            malformed.append(str(error))
+    total = len(questions) + len(malformed)
+    if not questions or len(malformed) > MAX_MALFORMED_FRACTION * total:
+        shown = "\n  ".join(malformed[:5])
+        raise DataError(
+            f"{path}: {len(malformed)} of {total} rows are malformed (more than "
+            f"{MAX_MALFORMED_FRACTION:.0%}), so this is probably not BIG-bench's "
+            f"truthful_qa/questions.json or the file is corrupt. First problems:\n  {shown}"
+        )
+    return TruthfulQAFile(questions, malformed)
+
+
+def sample_questions(
+    questions: Sequence[TruthfulQAQuestion], n_questions: int | None, seed: int
+) -> list[TruthfulQAQuestion]:
+    """``n_questions`` questions drawn with Random(seed) (None: all), in file order."""
+    if n_questions is None or n_questions >= len(questions):
+        return list(questions)
+    chosen = random.Random(seed).sample(range(len(questions)), n_questions)
+    return [questions[i] for i in sorted(chosen)]
+
+
+def category_group(category: str) -> str:
+    """The top-level category: "Misconceptions: Health" -> "Misconceptions"."""
+    return category.split(":", 1)[0].strip()
