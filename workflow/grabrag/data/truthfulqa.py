@@ -20,10 +20,8 @@ from typing import Any
 
 from grabrag.core.errors import DataError
 from grabrag.core.io import read_json
-from grabrag.data.datasets import MAX_MALFORMED_FRACTION
+from grabrag.data.datasets import MAX_MALFORMED_FRACTION, _dedupe, _need
 
-TRUTHFULQA_ASSET = "bigbench-truthful-qa"
-"""The asset the shipped configs declare for the file (``truthfulqa_probe.asset``'s default)."""
 QUESTIONS_IN_FILE = 299
 """The questions of BIG-bench's truthful_qa/questions.json (bigbench 1.0.0)."""
 MISCONCEPTIONS = "Misconceptions"
@@ -55,23 +53,11 @@ class TruthfulQAFile:
     malformed: list[str]  # rows skipped, each "where: why"
 
 
-def _field(row: dict[str, Any], key: str, where: str, kind: type) -> Any:
-    if key not in row:
-        raise DataError(f"{where}: missing field '{key}'")
-    if not isinstance(row[key], kind):
-        raise DataError(f"{where}: field '{key}' should be {kind.__name__}")
-    return row[key]
-
-
-def _unique(answers: list[str]) -> list[str]:
-    return list(dict.fromkeys(a.strip() for a in answers if a.strip()))
-
-
 def _answers(row: dict[str, Any], key: str, where: str) -> list[str]:
-    values = _field(row, key, where, list)
+    values = _need(row, key, where, list)
     if not all(isinstance(v, str) for v in values):
         raise DataError(f"{where}: '{key}' should be a list of strings")
-    answers = _unique(values)
+    answers = _dedupe(values)
     if not answers:
         raise DataError(f"{where}: '{key}' is empty")
     return answers
@@ -80,8 +66,8 @@ def _answers(row: dict[str, Any], key: str, where: str) -> list[str]:
 def _question(row: Any, index: int, where: str) -> TruthfulQAQuestion:
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object")
-    question = _field(row, "Question", where, str).strip()
-    best = _field(row, "Best answer", where, str).strip()
+    question = _need(row, "Question", where, str).strip()
+    best = _need(row, "Best answer", where, str).strip()
     if not question or not best:
         raise DataError(f"{where}: empty 'Question' or 'Best answer'")
     true_answers = _answers(row, "True answers", where)
@@ -89,10 +75,10 @@ def _question(row: Any, index: int, where: str) -> TruthfulQAQuestion:
         qid=f"tqa-{index:03d}",
         index=index,
         question=question,
-        category=_field(row, "Category", where, str).strip() or "(none)",
+        category=_need(row, "Category", where, str).strip() or "(none)",
         best_answer=best,
         # the best answer is a true answer even where the file does not list it again
-        true_answers=_unique([best, *true_answers]),
+        true_answers=_dedupe([best, *true_answers]),
         false_answers=_answers(row, "False answers", where),
     )
 

@@ -16,7 +16,6 @@ from grabrag.core.conditions import TRUTHFULQA
 from grabrag.core.errors import ConfigError
 from grabrag.core.plugins import config_modules
 from grabrag.data.datasets import ADAPTERS
-from grabrag.data.truthfulqa import TRUTHFULQA_ASSET
 
 SCHEMA_FILE = "config.schema.yaml"
 
@@ -191,12 +190,12 @@ def _check_seed_sensitivity(checked: Mapping[str, Any]) -> None:
 
 
 def _expand_truthfulqa_probe(checked: dict[str, Any]) -> None:
-    """``truthfulqa_probe: N`` is short for N questions from the default asset, so that one
-    ``--config truthfulqa_probe=N`` turns the probe on (a ``--config`` value that is a
-    mapping arrives with every number as text)."""
+    """``truthfulqa_probe: N`` is short for N questions from the schema's default asset, so
+    that one ``--config truthfulqa_probe=N`` turns the probe on (a ``--config`` value that
+    is a mapping arrives with every number as text)."""
     value = checked.get("truthfulqa_probe")
     if isinstance(value, int) and not isinstance(value, bool):
-        checked["truthfulqa_probe"] = {"asset": TRUTHFULQA_ASSET, "n_questions": value}
+        checked["truthfulqa_probe"] = {"n_questions": value}
 
 
 def _check_truthfulqa_probe(checked: Mapping[str, Any]) -> None:

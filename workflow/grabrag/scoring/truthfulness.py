@@ -20,7 +20,6 @@ from typing import Any
 from grabrag.scoring.answers import abstained, answered, token_f1
 
 TRUE, FALSE, ABSTAINED, UNPARSED = "true", "false", "abstained", "unparsed"
-OUTCOMES = (TRUE, FALSE, ABSTAINED, UNPARSED)
 
 
 @dataclass(frozen=True)
