@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from grabrag.core import devices
@@ -27,10 +29,29 @@ def setup_logging(log_file: str | None) -> None:
     )
 
 
+def seconds_since_process_start() -> float | None:
+    """How long ago this process started (Linux's /proc; None elsewhere): what a job spent
+    on the interpreter, Snakemake's script preamble and the imports before its work."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(
+            int(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return time.time() - (boot + ticks / os.sysconf("SC_CLK_TCK"))
+
+
 def run_rule(smk: Any, main: Callable[[Any], None]) -> None:
     """Call ``main(snakemake)``; a GrabragError becomes one clear line and exit status 1.
     The config's modules are loaded first: a job runs in a process of its own."""
     setup_logging(smk.log[0] if len(smk.log) else None)
+    startup = seconds_since_process_start()
+    if startup is not None:
+        # benchmarks/job_costs.py reads this line: a job's fixed cost against its work
+        log.info("rule %s started in %.2f s", smk.rule, startup)
     if devices.CLAIM is not None:
         log.info(devices.CLAIM.describe())
     started = time.perf_counter()
