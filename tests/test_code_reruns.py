@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 UPSTREAM_RULES = {
     "fetch_asset",
     "prepare_data",
-    "embed_corpus",
+    "embed",
     "retrieve",
     "build_contexts",
     "entity_pool",

@@ -2,36 +2,29 @@
 
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 import numpy as np
-import torch
 
 from grabrag.core.errors import DataError
 from grabrag.core.io import read_jsonl, write_jsonl
 from grabrag.core.runner import log, run_rule
-from grabrag.data.assets import resolve
-from grabrag.data.retrieval import (
-    bm25_scores,
-    embed,
-    hybrid_scores,
-    load_encoder,
-    passage_text,
-    rank_question,
-)
+from grabrag.data.retrieval import bm25_scores, hybrid_scores, passage_text, rank_question
 
 
 def main(smk):
-    torch.set_num_threads(smk.threads)
     questions = read_jsonl(smk.input.questions)
     corpus = read_jsonl(smk.input.corpus)
-    stored = np.load(smk.input.embeddings)
-    if list(stored["pids"]) != [p["pid"] for p in corpus]:
-        raise DataError(
-            f"{smk.input.embeddings} does not match {smk.input.corpus}; delete the embeddings "
-            "file so rule embed_corpus rebuilds it"
-        )
+    stored = np.load(smk.input.corpus_embeddings)
+    queries = np.load(smk.input.question_embeddings)
+    for embeddings, ids, source in (
+        (smk.input.corpus_embeddings, stored["pids"], [p["pid"] for p in corpus]),
+        (smk.input.question_embeddings, queries["qids"], [q["qid"] for q in questions]),
+    ):
+        if list(ids) != source:
+            raise DataError(
+                f"{embeddings} does not match {smk.input.corpus} and {smk.input.questions}; "
+                "delete the embeddings files so rule embed rebuilds them"
+            )
     texts = [passage_text(p) for p in corpus]
-    encoder = load_encoder(resolve(smk.input.encoder))
-    query_vectors = embed(encoder, [q["question"] for q in questions])
-    dense = query_vectors @ stored["embeddings"].T
+    dense = queries["embeddings"] @ stored["embeddings"].T
     bm25 = bm25_scores(texts, [q["question"] for q in questions])
     hybrid = hybrid_scores(bm25, dense, smk.params.bm25_weight, smk.params.dense_weight)
     rows = [
