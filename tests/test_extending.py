@@ -1,7 +1,12 @@
 """docs/extending.md, followed to the letter: its code blocks (a policy that reads two
 upstream cells, a figure that reads an output kind of its own, their config) written as
 files and run through the real workflow on the tiny config; both reach the decisions,
-the tables, the figures and the report."""
+the tables, the figures and the report.
+
+The page's run starts from a copy of the session's finished tiny run, as a user adds a
+policy to a run they have: only the jobs the new modules add or change run (the new
+policy's cells, the metrics, tables and figures that list it), which is also the proof
+that adding a module policy reruns no generation."""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import pytest
 
 from grabrag.core.io import read_jsonl
 
-from .conftest import CORES, REPO, RESOURCES, TINY, ensure_micro_model, planned_jobs
+from .conftest import CORES, MODEL_RULES, REPO, RESOURCES, TINY, copy_run, planned_jobs
 
 pytestmark = pytest.mark.integration
 
@@ -59,23 +64,26 @@ def test_the_page_names_its_files() -> None:
 
 
 @pytest.fixture(scope="module")
-def extended_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    ensure_micro_model()
-    workdir = tmp_path_factory.mktemp("extended")
+def extending_run(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    workdir = tmp_path_factory.mktemp("extending")
+    copy_run(tiny_run, workdir)
     for name, text in page_files().items():
         (workdir / name).write_text(text)
-    run(workdir)
+    proc = run(workdir)
+    jobs = planned_jobs(proc.stdout + proc.stderr)
+    # the page's modules add policy and figure jobs; no model is called again
+    assert jobs["policy"] > 0 and jobs["figure"] > 0 and not MODEL_RULES & set(jobs), jobs
     run(workdir, "--report", "results/report.html")
     return workdir
 
 
 def test_the_policy_reads_p0_and_p1_in_every_cell_the_seed_variant_included(
-    extended_run: Path,
+    extending_run: Path,
 ) -> None:
     rules = set()
     for dataset, conditions in ((DATASET, ("Q100", "Q0", "QC")), (VARIANT, ("Q0", "QC"))):
         for condition in conditions:
-            cell = extended_run / "results/policies" / MODEL / dataset / condition
+            cell = extending_run / "results/policies" / MODEL / dataset / condition
             p0 = {r["qid"]: r for r in read_jsonl(cell / "P0.jsonl")}
             p1 = read_jsonl(cell / "P1.jsonl")
             either = read_jsonl(cell / "EITHER.jsonl")
@@ -92,9 +100,9 @@ def test_the_policy_reads_p0_and_p1_in_every_cell_the_seed_variant_included(
 
 
 def test_the_policy_reaches_the_tables_and_the_figure_reaches_the_report(
-    extended_run: Path,
+    extending_run: Path,
 ) -> None:
-    results = extended_run / "results"
+    results = extending_run / "results"
     with (results / "tables/table1_hwsa.csv").open(newline="") as handle:
         assert "EITHER" in {cell for row in csv.reader(handle) for cell in row}
     assert (results / "figures/gold_rank.pdf").stat().st_size > 0
@@ -105,12 +113,12 @@ def test_the_policy_reaches_the_tables_and_the_figure_reaches_the_report(
     assert "construction seed 42" in report
 
 
-def test_editing_the_figure_module_reruns_that_figure_only(extended_run: Path) -> None:
-    assert planned_jobs(run(extended_run, "-n").stdout) == {}
-    module = extended_run / "gold_rank.py"
+def test_editing_the_figure_module_reruns_that_figure_only(extending_run: Path) -> None:
+    assert planned_jobs(run(extending_run, "-n").stdout) == {}
+    module = extending_run / "gold_rank.py"
     text = module.read_text()
     try:
         module.write_text(text.replace("alpha=0.6", "alpha=0.5"))
-        assert planned_jobs(run(extended_run, "-n").stdout) == {"figure": 1, "all": 1}
+        assert planned_jobs(run(extending_run, "-n").stdout) == {"figure": 1, "all": 1}
     finally:
         module.write_text(text)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 import zlib
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from grabrag.core.errors import ConfigError
 from grabrag.core.registry import decide
 from grabrag.pipeline.config import validate_config
 
-from .conftest import TINY, planned_jobs, snakemake
+from .conftest import MODEL_RULES, TINY, copy_run, planned_jobs, snakemake
 
 TERSE_MODULE = Path(__file__).parent / "policy_modules" / "terse.py"
 BUILTIN = ["P0", "P1", "P2", "P3", "P4", "EVID", "EVID_CB"]
@@ -151,7 +152,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.integration
 def test_module_policy_reaches_decisions_metrics_tables_and_figures(
-    tmp_path: Path, clean_registry: None
+    tiny_run: Path, tmp_path: Path, clean_registry: None
 ) -> None:
     config = _tiny()
     # One dataset, the paper's policies and the module's; no EvidentialRAG, CDD, seed
@@ -171,8 +172,16 @@ def test_module_policy_reaches_decisions_metrics_tables_and_figures(
     }
     configfile = tmp_path / "terse.yaml"
     configfile.write_text(yaml.safe_dump(config))
+    # From a copy of the finished tiny run: the cut-down config changes no model job's
+    # settings, so only the policy side runs (and no model is called again).
     workdir = tmp_path / "run"
-    snakemake(workdir, configfile=configfile)
+    copy_run(tiny_run, workdir)
+    # the tables and figures this config makes, and only those (the tiny run made more)
+    for made in ("tables", "figures"):
+        shutil.rmtree(workdir / "results" / made)
+    proc = snakemake(workdir, configfile=configfile)
+    jobs = planned_jobs(proc.stdout + proc.stderr)
+    assert jobs["policy"] > 0 and not MODEL_RULES & set(jobs), jobs
     results = workdir / "results"
 
     # Decisions: P1's row, or an abstention where P1's answer is too long.

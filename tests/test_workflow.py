@@ -175,7 +175,7 @@ def test_editing_one_stage_param_reruns_only_that_stage(tiny_run: Path, tmp_path
     assert not {
         "fetch_asset",
         "prepare_data",
-        "embed_corpus",
+        "embed",
         "retrieve",
         "entity_pool",
         "swaps",
@@ -446,21 +446,30 @@ def test_p3_sweep_grid(tiny_run: Path) -> None:
 
 
 def test_policy_jobs_make_no_llm_call(tiny_run: Path, tmp_path: Path) -> None:
-    """Rerun every policy job with llama_cpp made unimportable: they must all succeed,
-    and no generation or NLI job may be scheduled."""
+    """Rerun one cell of every policy (each runs the same code in every cell) and a P3
+    sweep with llama_cpp made unimportable: they must all succeed, and no generation or
+    NLI job may be scheduled."""
     copy_run(tiny_run, tmp_path)
     poison = tmp_path / "poison" / "llama_cpp"
     poison.mkdir(parents=True)
     (poison / "__init__.py").write_text("raise ImportError('a policy job tried to load the LLM')\n")
+    cell = tiny_run / f"results/policies/{MODEL}/nq_bigbench/QC"
+    # P0-P4, EVID, EVID_CB, CDD, CDD_ALPHA and the four baselines
+    policies = sorted(path.stem for path in cell.glob("*.jsonl"))
+    assert len(policies) == 13, policies
+    targets = [str((cell / f"{policy}.jsonl").relative_to(tiny_run)) for policy in policies]
+    targets.append(f"results/policies/{MODEL}/nq_bigbench/P3_sweep.csv")
     proc = snakemake(
-        tmp_path, "--forcerun", "policy", "p3_sweep", env={"PYTHONPATH": str(poison.parent)}
+        tmp_path,
+        *targets,
+        "--forcerun",
+        "policy",
+        "p3_sweep",
+        env={"PYTHONPATH": str(poison.parent)},
     )
     jobs = planned_jobs(proc.stdout + proc.stderr)
-    # squad: 5 conditions x P0-P4; nq_bigbench: 5 conditions x 13 policies (P0-P4, EVID,
-    # EVID_CB, CDD, CDD_ALPHA and the four baselines); the seed variant's Q0 + QC x P0-P4;
-    # the TruthfulQA probe's 2 conditions x 13 policies
-    assert jobs.get("policy") == 5 * 5 + 5 * 13 + 2 * 5 + 2 * 13
-    assert jobs.get("p3_sweep") == 2
+    # --forcerun reruns every policy job the targets need: the sweep also reads P1 at Q100
+    assert jobs.get("policy") == len(policies) + 1 and jobs.get("p3_sweep") == 1, jobs
     assert not MODEL_RULES & set(jobs), jobs
 
 
