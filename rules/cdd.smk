@@ -18,9 +18,9 @@ rule cdd_generate:
         "results/benchmarks/cdd_generate/{model}/{dataset}/{condition}.tsv"
     conda:
         GRABRAG_ENV
-    threads: MODEL_THREADS
+    threads: model_threads
     resources:
-        gpu=1,
+        gpu=model_gpus,
     params:
         model=model_settings,
         generation=cdd_generation_settings(),
@@ -48,9 +48,9 @@ if CDD_BASELINES:
             "results/benchmarks/baselines_generate/{model}/{dataset}/{condition}.tsv"
         conda:
             GRABRAG_ENV
-        threads: MODEL_THREADS
+        threads: model_threads
         resources:
-            gpu=1,
+            gpu=model_gpus,
         params:
             model=model_settings,
             generation=generation_settings(),

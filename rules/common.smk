@@ -305,8 +305,37 @@ def dataset_asset(wildcards):
     return asset_manifest(config["datasets"][wildcards.dataset]["asset"])
 
 
+def served(model):
+    """Whether models.<model> is called through its endpoint (no GGUF, no GPU in the job)."""
+    return bool(config["models"][model].get("endpoint"))
+
+
 def model_asset(wildcards):
+    """The model's GGUF; none for a served model."""
+    if served(wildcards.model):
+        return []
     return asset_manifest(config["models"][wildcards.model]["asset"])
+
+
+def served_models():
+    """For the tables' note: each served model's server, model name and constraint."""
+    return {
+        model: {
+            k: config["models"][model]["endpoint"][k] for k in ("base_url", "model", "constraint")
+        }
+        for model in MODELS
+        if served(model)
+    }
+
+
+# A served model's jobs are light HTTP clients: one thread, no GPU slot (the server holds
+# the GPUs), so they run side by side and the server batches their requests.
+def model_threads(wildcards):
+    return 1 if served(wildcards.model) else MODEL_THREADS
+
+
+def model_gpus(wildcards):
+    return 0 if served(wildcards.model) else 1
 
 
 def generation_settings():
@@ -332,8 +361,24 @@ def generation_report_cells(wildcards):
 
 def nli_asset(wildcards):
     """The verifier's weights: the configured asset, or the generator's own GGUF (llm)."""
+    if nli_served(wildcards):
+        return []
     name = config["nli"]["asset"] or config["models"][wildcards.model]["asset"]
     return asset_manifest(name)
+
+
+def nli_served(wildcards):
+    """The llm verifier with no asset of its own labels through a served generator."""
+    nli = config["nli"]
+    return nli["backend"] == "llm" and not nli["asset"] and served(wildcards.model)
+
+
+def nli_threads(wildcards):
+    return 1 if nli_served(wildcards) else MODEL_THREADS
+
+
+def nli_gpus(wildcards):
+    return 0 if nli_served(wildcards) else 1
 
 
 def generation_dir(wildcards):
@@ -400,7 +445,17 @@ def evaluator_name(wildcards):
 
 
 def evaluator_asset(wildcards):
+    if served(evaluator_name(wildcards)):
+        return []
     return asset_manifest(config["models"][evaluator_name(wildcards)]["asset"])
+
+
+def evaluator_threads(wildcards):
+    return 1 if served(evaluator_name(wildcards)) else MODEL_THREADS
+
+
+def evaluator_gpus(wildcards):
+    return 0 if served(evaluator_name(wildcards)) else 1
 
 
 def fusion_settings():
@@ -484,6 +539,15 @@ def extension_code(path):
     return module_code_hash(Path(path), LIBRARY_DIR)
 
 
+def _may_use_gpu(gpu):
+    """A rule's gpu resource: a number, or a function of the job (a served model's jobs
+    take none), which may."""
+    try:
+        return bool(getattr(gpu, "value", gpu))
+    except ValueError:
+        return True
+
+
 def check_rules():
     """Every script-running rule passes `code=script_code(<its script>)`, and every GPU
     rule writes a benchmark; one added or copied without them is an error at once, not a
@@ -496,8 +560,7 @@ def check_rules():
                 raise WorkflowError(
                     f'{each.name} runs {script}, so its params need code=script_code("{script}")'
                 )
-        gpu = each.resources["gpu"] if "gpu" in each.resources else None
-        if getattr(gpu, "value", gpu) and not each.benchmark:
+        if "gpu" in each.resources and not each.benchmark and _may_use_gpu(each.resources["gpu"]):
             raise WorkflowError(f"{each.name} uses a GPU, so it needs a benchmark file")
 
 

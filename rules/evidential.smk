@@ -18,9 +18,9 @@ rule evidential_evaluate:
         "results/benchmarks/evidential_evaluate/{model}/{dataset}/{condition}.tsv"
     conda:
         GRABRAG_ENV
-    threads: MODEL_THREADS
+    threads: evaluator_threads
     resources:
-        gpu=1,
+        gpu=evaluator_gpus,
     params:
         evaluator_name=evaluator_name,
         evaluator=lambda wildcards: stable(config["models"][evaluator_name(wildcards)]),
@@ -50,9 +50,9 @@ rule evidential_generate:
         "results/benchmarks/evidential_generate/{model}/{dataset}/{condition}.tsv"
     conda:
         GRABRAG_ENV
-    threads: MODEL_THREADS
+    threads: model_threads
     resources:
-        gpu=1,
+        gpu=model_gpus,
     params:
         model=model_settings,
         generation=generation_settings(),

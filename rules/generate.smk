@@ -17,9 +17,9 @@ rule generate_context_prompts:
         "results/benchmarks/generate/{model}/{dataset}/{condition}.tsv"
     conda:
         GRABRAG_ENV
-    threads: MODEL_THREADS
+    threads: model_threads
     resources:
-        gpu=1,
+        gpu=model_gpus,
     params:
         model=model_settings,
         generation=generation_settings(),
@@ -41,9 +41,9 @@ rule generate_closed_book:
         "results/benchmarks/generate/{model}/{dataset}/Qclosed.tsv"
     conda:
         GRABRAG_ENV
-    threads: MODEL_THREADS
+    threads: model_threads
     resources:
-        gpu=1,
+        gpu=model_gpus,
     params:
         model=model_settings,
         generation=generation_settings(),

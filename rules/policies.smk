@@ -16,9 +16,9 @@ rule nli:
         "results/benchmarks/nli/{model}/{dataset}/{condition}.tsv"
     conda:
         GRABRAG_ENV
-    threads: MODEL_THREADS
+    threads: nli_threads
     resources:
-        gpu=1,
+        gpu=nli_gpus,
     params:
         nli=stable(config["nli"]),
         model=model_settings,

@@ -85,6 +85,7 @@ rule table:
         report_caption=report_caption("tables"),
         order=LISTED_ORDER,
         decoding={model: config["models"][model]["batch"] for model in MODELS},
+        served=served_models(),
         module_code=report_code,
         code=script_code("table.py"),
     script:

@@ -6,9 +6,13 @@ import fcntl
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +39,8 @@ SHARED_RUN_GROUPS = {
     "slurm_cluster": "slurm",
     "paper_run": "rehearsal_paper",
     "extended_run": "rehearsal_extended",
+    # one llama_cpp.server for the session, beside the tiny run its workflow test reads
+    "server": "tiny_run",
 }
 # The order the workers take the groups in (`--no-loadscope-reorder` keeps it), longest
 # first, so that no long run is left for the end: the cluster (mostly waiting) and the
@@ -274,3 +280,76 @@ def encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not manifest.exists():
         snakemake(tmp_path_factory.mktemp("fetch"), str(manifest))
     return resolve(manifest)
+
+
+# --- llama-cpp-python's OpenAI-compatible server, for the endpoint backend ---------------
+
+SERVED_NAME = "micro-served"
+KEY_VARIABLE = "GRABRAG_TEST_ENDPOINT_KEY"
+KEY = "grabrag-test-key"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(model: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """llama-cpp-python's server on this worker's cores, as a model job of the tiny run."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(model),
+            "--model_alias",
+            SERVED_NAME,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "4096",
+            "--n_threads",
+            str(CORES),
+            "--n_threads_batch",
+            str(CORES),
+            "--api_key",
+            KEY,
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def wait_ready(base_url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"llama_cpp.server exited: {log.read_text()[-3000:]}"
+        request = urllib.request.Request(
+            base_url + "/models", headers={"Authorization": f"Bearer {KEY}"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise AssertionError(f"llama_cpp.server did not answer in 120 s: {log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The base URL of a real llama_cpp.server on the micro model (with an API key)."""
+    model = ensure_micro_model()
+    port = free_port()
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    proc = start_server(model, port, log)
+    base_url = f"http://127.0.0.1:{port}/v1"
+    try:
+        wait_ready(base_url, proc, log)
+        yield base_url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

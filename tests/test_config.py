@@ -136,6 +136,39 @@ def test_validation_does_not_modify_its_input(embedded: dict) -> None:
             "generation.conditions",
         ),
         (lambda c: c["qc"].update(audit_filled={"nope": "a.csv"}), "qc.audit_filled"),
+        (lambda c: c["models"]["smollm2-135m"].pop("asset"), "models.smollm2-135m: give either"),
+        (
+            lambda c: c["models"]["smollm2-135m"].update(
+                endpoint={"base_url": "http://h:8000/v1", "model": "m"}
+            ),
+            "models.smollm2-135m: give either asset",
+        ),
+        (
+            lambda c: c["models"].update(served={"endpoint": {"base_url": "h:8000", "model": "m"}}),
+            "models.served.endpoint.base_url",
+        ),
+        (
+            lambda c: c["models"].update(served={"endpoint": {"base_url": "http://h/v1"}}),
+            "models.served.endpoint",
+        ),
+        (
+            lambda c: c["models"].update(
+                served={"endpoint": {"base_url": "http://h/v1", "model": "m", "api_key": "sk-1"}}
+            ),
+            "api_key",
+        ),
+        (
+            lambda c: c["models"].update(
+                served={"endpoint": {"base_url": "http://h/v1", "model": "m", "constraint": "json"}}
+            ),
+            "models.served.endpoint.constraint",
+        ),
+        (
+            lambda c: c["models"].update(
+                served={"endpoint": {"base_url": "http://h/v1", "model": "m", "concurrency": 0}}
+            ),
+            "models.served.endpoint.concurrency",
+        ),
         (
             lambda c: (
                 c["qc"].update(audit_filled={"squad": "a.csv"}),
@@ -230,3 +263,20 @@ def test_paper_config_is_the_paper_and_extended_adds_every_extension() -> None:
         for config in (paper, extended):
             config.pop(key)
     assert extended == paper
+
+
+def test_a_served_model_validates_with_defaults(embedded: dict) -> None:
+    embedded["models"]["served"] = {
+        "endpoint": {"base_url": "http://gpu-node:8000/v1", "model": "llama-3.1-8b"}
+    }
+    checked = validate_config(embedded)
+    assert checked["models"]["served"]["endpoint"] == {
+        "base_url": "http://gpu-node:8000/v1",
+        "model": "llama-3.1-8b",
+        "api_key_env": None,
+        "constraint": "gbnf",
+        "concurrency": 8,
+        "timeout_s": 600,
+        "max_retries": 5,
+        "backoff_s": 1.0,
+    }

@@ -12,16 +12,20 @@ from grabrag.cdd.baselines import baseline_messages, grammar_for_messages
 from grabrag.core.io import read_jsonl, write_jsonl
 from grabrag.core.progress import Progress
 from grabrag.core.runner import log, run_rule
-from grabrag.data.assets import resolve
-from grabrag.generation.generator import LlamaGenerator, cell_report, run_cells, settings_from
+from grabrag.data.assets import resolve_given
+from grabrag.generation.generator import cell_report, open_generator, run_cells, settings_from
 
 
 def main(smk):
     names = list(smk.output.keys())
     rows = read_jsonl(smk.input.contexts)
     model = smk.params.model
-    generator = LlamaGenerator.for_model(
-        resolve(smk.input.model), settings_from(smk.params.generation), model, n_threads=smk.threads
+    generator = open_generator(
+        smk.wildcards.model,
+        model,
+        resolve_given(smk.input.get("model")),
+        settings_from(smk.params.generation),
+        smk.threads,
     )
     generator.preflight(
         (

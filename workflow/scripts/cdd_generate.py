@@ -13,8 +13,8 @@ from grabrag.cdd.runs import preflight_calls, run_traces
 from grabrag.cdd.schema import CLOSED_BOOK_PRIOR
 from grabrag.core.io import read_jsonl, write_jsonl
 from grabrag.core.runner import log, run_rule
-from grabrag.data.assets import resolve
-from grabrag.generation.generator import LlamaGenerator, settings_from
+from grabrag.data.assets import resolve_given
+from grabrag.generation.generator import open_generator, settings_from
 
 
 def main(smk):
@@ -28,8 +28,8 @@ def main(smk):
     # generation.max_tokens is replaced by cdd.step_max_tokens (rules/cdd.smk), so the
     # preflight budget and every call's default limit are the step limit.
     generation = settings_from(smk.params.generation)
-    generator = LlamaGenerator.for_model(
-        resolve(smk.input.model), generation, model, n_threads=smk.threads
+    generator = open_generator(
+        smk.wildcards.model, model, resolve_given(smk.input.get("model")), generation, smk.threads
     )
     generator.preflight(preflight_calls(rows, cb_rows, generation.max_tokens))
 

@@ -12,14 +12,14 @@ import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_F
 from grabrag.core.io import read_jsonl, write_json, write_jsonl
 from grabrag.core.progress import Progress
 from grabrag.core.runner import log, run_rule
-from grabrag.data.assets import resolve
+from grabrag.data.assets import resolve_given
 from grabrag.evidential.efficiency import peak_memory_mb
 from grabrag.evidential.evaluator_pass import (
     evaluation_report,
     preflight_messages,
     run_evaluations,
 )
-from grabrag.generation.generator import GenerationSettings, LlamaGenerator, settings_from
+from grabrag.generation.generator import GenerationSettings, open_generator, settings_from
 
 
 def main(smk):
@@ -35,8 +35,12 @@ def main(smk):
         temperature=settings.temperature,
         seed=settings.seed,
     )
-    generator = LlamaGenerator.for_model(
-        resolve(smk.input.evaluator), settings, evaluator, n_threads=smk.threads
+    generator = open_generator(
+        smk.params.evaluator_name,
+        evaluator,
+        resolve_given(smk.input.get("evaluator")),
+        settings,
+        smk.threads,
     )
     generator.preflight(call for row in rows for call in preflight_messages(row, max_tokens))
     checkpoint = Path(smk.params.checkpoint)

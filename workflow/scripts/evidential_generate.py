@@ -11,14 +11,14 @@ import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_F
 from grabrag.core.io import read_jsonl, write_json, write_jsonl
 from grabrag.core.progress import Progress
 from grabrag.core.runner import log, run_rule
-from grabrag.data.assets import resolve
+from grabrag.data.assets import resolve_given
 from grabrag.evidential.efficiency import peak_memory_mb
 from grabrag.evidential.generator_pass import (
     generation_preflight,
     generation_report,
     run_generation,
 )
-from grabrag.generation.generator import LlamaGenerator, settings_from
+from grabrag.generation.generator import open_generator, settings_from
 
 
 def main(smk):
@@ -29,8 +29,12 @@ def main(smk):
     cb = read_jsonl(smk.input.cb)
     fusion = smk.params.fusion
     model = smk.params.model
-    generator = LlamaGenerator.for_model(
-        resolve(smk.input.model), settings_from(smk.params.generation), model, n_threads=smk.threads
+    generator = open_generator(
+        smk.wildcards.model,
+        model,
+        resolve_given(smk.input.get("model")),
+        settings_from(smk.params.generation),
+        smk.threads,
     )
     generator.preflight(generation_preflight(rows, evaluations, cb, variants, fusion))
     checkpoint = Path(smk.params.checkpoint)

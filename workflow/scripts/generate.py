@@ -9,8 +9,8 @@ import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_F
 from grabrag.core.io import read_jsonl, write_jsonl
 from grabrag.core.progress import Progress
 from grabrag.core.runner import log, run_rule
-from grabrag.data.assets import resolve
-from grabrag.generation.generator import LlamaGenerator, run_cells, settings_from
+from grabrag.data.assets import resolve_given
+from grabrag.generation.generator import open_generator, run_cells, settings_from
 from grabrag.generation.prompts import messages_for
 
 
@@ -18,8 +18,12 @@ def main(smk):
     prompts = list(smk.output.keys())
     rows = read_jsonl(smk.input.contexts)
     model = smk.params.model
-    generator = LlamaGenerator.for_model(
-        resolve(smk.input.model), settings_from(smk.params.generation), model, n_threads=smk.threads
+    generator = open_generator(
+        smk.wildcards.model,
+        model,
+        resolve_given(smk.input.get("model")),
+        settings_from(smk.params.generation),
+        smk.threads,
     )
     generator.preflight(
         (f"question {row['qid']} ({prompt})", messages_for(prompt, row["question"], row["context"]))

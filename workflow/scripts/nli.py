@@ -6,24 +6,28 @@ import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_F
 
 from grabrag.core.io import read_jsonl, write_jsonl
 from grabrag.core.runner import log, run_rule
-from grabrag.data.assets import resolve
+from grabrag.data.assets import resolve_given
 from grabrag.policies.nli import lazy_verifier, nli_report, nli_rows
 
 
 def main(smk):
     nli, model = smk.params.nli, smk.params.model
+    # The llm backend with no asset of its own labels with the generator's model: its GGUF,
+    # or its endpoint when the model is served.
+    endpoint = model.get("endpoint") if nli["backend"] == "llm" and not nli["asset"] else None
     verifier = lazy_verifier(
         nli["backend"],
-        resolve(smk.input.verifier),
+        resolve_given(smk.input.get("verifier")),
         n_threads=smk.threads,
         device=nli["device"],
         batch_size=nli["batch_size"],
         n_gpu_layers=model["n_gpu_layers"],
         chat_format=model["chat_format"],
         allow_cpu=model["allow_cpu"],
-        batch=model["batch"],
+        batch=endpoint["concurrency"] if endpoint else model["batch"],
         seed=smk.params.seed,
-        name=nli["asset"] or model["asset"],
+        name=nli["asset"] or model.get("asset") or endpoint["model"],
+        endpoint=endpoint,
     )
     rows = nli_rows(
         read_jsonl(smk.input.contexts),

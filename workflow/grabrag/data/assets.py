@@ -60,6 +60,13 @@ def resolve(manifest: str | Path) -> Path:
     return path
 
 
+def resolve_given(manifest: Any) -> Path | None:
+    """:func:`resolve` of a rule input that may be empty (a served model has no file)."""
+    if not manifest:
+        return None
+    return resolve(manifest if isinstance(manifest, str | Path) else manifest[0])
+
+
 def _from_path(name: str, spec: Mapping[str, Any]) -> tuple[Path, dict[str, Any]]:
     path = Path(spec["path"]).expanduser().resolve()
     if not path.exists():

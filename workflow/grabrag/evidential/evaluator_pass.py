@@ -27,6 +27,7 @@ from grabrag.evidential.evaluator import (
 )
 from grabrag.evidential.stored import stored_evaluation
 from grabrag.generation.batching import Batcher, run_in_groups
+from grabrag.generation.generator import provenance
 
 # complete(messages, grammar, max_tokens) -> {raw, finish_reason, prompt_tokens,
 # completion_tokens, seconds}; grammar None = the paper's answer grammar.
@@ -117,6 +118,7 @@ def _evaluate_passage(
         "prompt_tokens": result["prompt_tokens"],
         "completion_tokens": result["completion_tokens"],
         "seconds": result["seconds"],
+        **provenance(result),
     }
     return entry, evaluation
 

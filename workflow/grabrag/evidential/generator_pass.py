@@ -38,7 +38,7 @@ from grabrag.evidential.stored import (
     folded_evaluations,
 )
 from grabrag.generation.batching import Batcher, run_in_groups
-from grabrag.generation.generator import parse_output
+from grabrag.generation.generator import parse_output, provenance
 
 
 def question_state(
@@ -177,6 +177,7 @@ def evidential_row(
         "cb_passes": cb_passes,
         "logical_decisions": k + 1 + cb_passes,
         "executed_passes": k + 1 + cb_passes,
+        **provenance(result),
     }
 
 

@@ -295,6 +295,25 @@ class LlamaGenerator:
         }
 
 
+def open_generator(
+    name: str,
+    model: Mapping[str, Any],
+    model_file: Path | None,
+    settings: GenerationSettings,
+    n_threads: int,
+) -> Any:
+    """The generator of ``models.<name>``: a served model (its ``endpoint``, see
+    :mod:`grabrag.generation.endpoint`) or its GGUF file loaded in this process. Both answer
+    ``complete``, ``reset``, ``preflight`` and ``batcher`` alike."""
+    if model.get("endpoint"):
+        from grabrag.generation.endpoint import EndpointGenerator
+
+        return EndpointGenerator(name, model["endpoint"], settings)
+    if model_file is None:
+        raise GenerationError(f"models.{name}: neither a GGUF asset nor an endpoint to call")
+    return LlamaGenerator.for_model(model_file, settings, model, n_threads)
+
+
 Completer = Callable[[list[dict[str, str]]], dict[str, Any]]
 # messages(prompt, question, context) -> chat messages (default: the paper's prompts).
 MessageBuilder = Callable[[str, str, str], list[dict[str, str]]]
@@ -321,7 +340,15 @@ def generation_row(
         "completion_tokens": result["completion_tokens"],
         "seconds": result["seconds"],
         "batch": batch,
+        **provenance(result),
     }
+
+
+def provenance(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A served model's call says how it was made (``served``: backend, host, the model
+    name the server reports, constraint dialect, cache hit); an in-process call adds
+    nothing, so its rows are as before."""
+    return {"served": result["served"]} if "served" in result else {}
 
 
 def read_checkpoint(path: Path, batch: int = 1) -> dict[tuple[str, str], dict[str, Any]]:

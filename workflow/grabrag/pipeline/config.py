@@ -117,7 +117,13 @@ def _check_models_and_retrieval(checked: Mapping[str, Any]) -> None:
     """The models', datasets' and encoder's assets exist; the hybrid weights sum to 1."""
     assets = checked["assets"]
     for model, spec in checked["models"].items():
-        _need_asset(assets, f"models.{model}.asset", spec["asset"])
+        if ("asset" in spec) == ("endpoint" in spec):
+            raise ConfigError(
+                f"models.{model}: give either asset (a GGUF run in the job) or endpoint (a "
+                f"served model), {'not both' if 'asset' in spec else 'one of them'}"
+            )
+        if "asset" in spec:
+            _need_asset(assets, f"models.{model}.asset", spec["asset"])
     for dataset, spec in checked["datasets"].items():
         _need_asset(assets, f"datasets.{dataset}.asset", spec["asset"])
     _need_asset(assets, "retrieval.encoder", checked["retrieval"]["encoder"])

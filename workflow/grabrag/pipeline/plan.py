@@ -29,7 +29,7 @@ from grabrag.data.truthfulqa import QUESTIONS_IN_FILE
 def used_assets(config: Mapping[str, Any]) -> list[str]:
     """The assets the config's models, datasets, encoder, tokenizers and verifier name,
     in that order, each once."""
-    names = [m["asset"] for m in config["models"].values()]
+    names = [m["asset"] for m in config["models"].values() if "asset" in m]
     names += [d["asset"] for d in config["datasets"].values()]
     names += [
         config["retrieval"]["encoder"],

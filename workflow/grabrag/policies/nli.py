@@ -236,12 +236,10 @@ class LlmNli:
     is reset before every pair, so a label never depends on which pair came before."""
 
     def __init__(self, generator: Any, name: str | None = None, max_tokens: int = 16) -> None:
-        import llama_cpp
-
         self.generator = generator
-        self.grammar = llama_cpp.LlamaGrammar.from_string(NLI_GRAMMAR, verbose=False)
         self.max_tokens = max_tokens
-        model_name = name or Path(getattr(generator.llm, "model_path", "gguf")).name
+        llm = getattr(generator, "llm", None)
+        model_name = name or Path(getattr(llm, "model_path", "gguf")).name
         self.name = f"llm:{model_name}"
 
     def classify(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
@@ -253,22 +251,9 @@ class LlmNli:
                 labels += batcher.run(group, self._label_one)
             return labels
         labels = []
-        for premise, hypothesis_text in pairs:
+        for pair in pairs:
             self.generator.reset()
-            response = self.generator.llm.create_chat_completion(
-                messages=nli_messages(premise, hypothesis_text),
-                grammar=self.grammar,
-                temperature=0.0,
-                max_tokens=self.max_tokens,
-                seed=self.generator.settings.seed,
-            )
-            raw = (response["choices"][0]["message"]["content"] or "").strip()
-            if raw not in LABELS:
-                raise NliError(
-                    f"NLI model {self.name}: output {raw!r} is not one of {', '.join(LABELS)} "
-                    f"(finish reason {response['choices'][0].get('finish_reason')!r})"
-                )
-            labels.append(raw)
+            labels.append(self._label_one(pair))
         return labels
 
     def _label_one(self, pair: tuple[str, str]) -> str:
@@ -420,7 +405,7 @@ class LazyVerifier:
         return self._verifier.classify(pairs)
 
 
-def lazy_verifier(backend: str, model_path: str | Path, **settings: Any) -> LazyVerifier:
+def lazy_verifier(backend: str, model_path: str | Path | None, **settings: Any) -> LazyVerifier:
     """:func:`build_verifier`'s verifier, loaded only when it first has pairs to label."""
     if backend not in ("transformers", "llm"):
         raise NliError(f"unknown NLI backend {backend!r}; known: transformers, llm")
@@ -434,7 +419,7 @@ def lazy_verifier(backend: str, model_path: str | Path, **settings: Any) -> Lazy
 
 def build_verifier(
     backend: str,
-    model_path: str | Path,
+    model_path: str | Path | None,
     *,
     n_threads: int = 1,
     device: str = "cpu",
@@ -446,10 +431,20 @@ def build_verifier(
     seed: int = 42,
     name: str | None = None,
     batch: int = 1,
+    endpoint: Mapping[str, Any] | None = None,
 ) -> Verifier:
     """The configured backend (``nli.backend``: "transformers" or "llm")."""
     if backend == "transformers":
         return TransformersNli(model_path, batch_size=batch_size, device=device, name=name)
+    if backend == "llm" and endpoint:
+        # The generator's own model, served: the labels come from its endpoint.
+        from grabrag.generation.endpoint import EndpointGenerator
+        from grabrag.generation.generator import GenerationSettings
+
+        served = EndpointGenerator(
+            name or "nli", endpoint, GenerationSettings(n_ctx=n_ctx, seed=seed)
+        )
+        return LlmNli(served, name=name)
     if backend == "llm":
         from grabrag.generation.generator import GenerationSettings, LlamaGenerator
 

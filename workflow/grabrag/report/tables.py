@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from grabrag.core import registry
 from grabrag.report.tabular import Table
@@ -43,3 +44,16 @@ def decoding_note(batches: Mapping[str, int]) -> str:
         f"Model calls decoded in batches (batch size: {listed}); near ties can decode "
         "differently than one call at a time."
     )
+
+
+def served_note(served: Mapping[str, Mapping[str, str]]) -> str:
+    """The sentence that says which models were called through an OpenAI-compatible
+    server instead of run in-process; empty when none was."""
+    if not served:
+        return ""
+    listed = "; ".join(
+        f"{model}: {spec['model']} at {urlsplit(spec['base_url']).netloc} "
+        f"(constraint {spec['constraint']})"
+        for model, spec in sorted(served.items())
+    )
+    return f"Served models (OpenAI-compatible endpoint, not llama.cpp in the job): {listed}."

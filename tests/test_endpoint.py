@@ -1,0 +1,411 @@
+"""The endpoint backend against llama-cpp-python's own OpenAI-compatible server (the real
+`python -m llama_cpp.server`, the micro model, CPU), one server for the module: agreement
+with the in-process backend, order under concurrency, the response cache, and every fault
+produced for real (a stopped server, a wrong key, an unknown model, a failing, slow or
+truncating handler in front of the real server)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grabrag.generation.endpoint import EndpointError, EndpointGenerator
+from grabrag.generation.generator import GenerationSettings, LlamaGenerator, run_cells
+from grabrag.generation.prompts import messages_for
+
+from .conftest import (
+    CORES,
+    KEY,
+    KEY_VARIABLE,
+    MODEL_RULES,
+    SERVED_NAME,
+    TINY,
+    copy_run,
+    ensure_micro_model,
+    free_port,
+    planned_jobs,
+    snakemake,
+)
+
+SETTINGS = GenerationSettings(n_ctx=4096, max_tokens=64)
+QUESTIONS = [
+    ("q1", "Who wrote Hamlet?", "[1] Hamlet\nHamlet is a tragedy written by William Shakespeare."),
+    ("q2", "What is the capital of France?", "[1] Paris\nParis is the capital of France."),
+    ("q3", "When did the war end?", "[1] Treaty\nThe treaty of 1648 ended the war in Europe."),
+]
+ROWS = [
+    {"qid": qid, "index": i, "condition": "Q100", "question": q, "context": c}
+    for i, (qid, q, c) in enumerate(QUESTIONS)
+]
+PROMPTS = ("P0", "P1", "P2")
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_VARIABLE, KEY)
+
+
+def endpoint(base_url: str, **extra: object) -> dict[str, object]:
+    return {
+        "base_url": base_url,
+        "model": SERVED_NAME,
+        "api_key_env": KEY_VARIABLE,
+        "constraint": "gbnf",
+        "concurrency": 1,
+        "timeout_s": 60,
+        "max_retries": 2,
+        "backoff_s": 0.05,
+        **extra,
+    }
+
+
+def served(base_url: str, tmp_path: Path, **extra: object) -> EndpointGenerator:
+    return EndpointGenerator(
+        "micro", endpoint(base_url, **extra), SETTINGS, cache_path=tmp_path / "cache.sqlite"
+    )
+
+
+def generate(generator: object, tmp_path: Path, name: str) -> dict[str, list[dict]]:
+    return run_cells(
+        generator.complete,  # type: ignore[attr-defined]
+        generator.reset,  # type: ignore[attr-defined]
+        ROWS,
+        PROMPTS,
+        tmp_path / f"{name}.checkpoint.jsonl",
+        batcher=generator.batcher,  # type: ignore[attr-defined]
+    )
+
+
+def flat(cells: dict[str, list[dict]]) -> list[dict]:
+    return [row for prompt in PROMPTS for row in cells[prompt]]
+
+
+@pytest.fixture(scope="module")
+def in_process_rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """The same calls through the in-process backend (batch 1, the server's threads)."""
+    generator = LlamaGenerator(ensure_micro_model(), SETTINGS, n_threads=CORES)
+    return flat(generate(generator, tmp_path_factory.mktemp("in_process"), "in_process"))
+
+
+def test_served_rows_agree_with_in_process(
+    server: str, in_process_rows: list[dict], tmp_path: Path
+) -> None:
+    """Same GGUF, same settings: decision, answer and raw output agree call by call, in
+    question order, one call at a time and four in flight; each row says it was served."""
+    for concurrency in (1, 4):
+        rows = flat(generate(served(server, tmp_path, concurrency=concurrency), tmp_path, "s"))
+        assert [(r["qid"], r["prompt"]) for r in rows] == [
+            (r["qid"], r["prompt"]) for r in in_process_rows
+        ]
+        assert [(r["decision"], r["answer"]) for r in rows] == [
+            (r["decision"], r["answer"]) for r in in_process_rows
+        ], concurrency
+        assert [r["raw"] for r in rows] == [r["raw"] for r in in_process_rows]
+        assert all(r["batch"] == concurrency for r in rows)
+        assert {r["served"]["host"] for r in rows} == {server.split("/")[2]}
+        assert {r["served"]["model"] for r in rows} == {SERVED_NAME}
+        assert {r["served"]["constraint"] for r in rows} == {"gbnf"}
+        (tmp_path / "s.checkpoint.jsonl").unlink()
+        (tmp_path / "cache.sqlite").unlink()
+
+
+def test_cache_answers_a_rerun_without_calls(server: str, tmp_path: Path) -> None:
+    first = served(server, tmp_path)
+    rows = flat(generate(first, tmp_path, "first"))
+    assert not any(r["served"]["cached"] for r in rows)
+    # A server that is gone: every call of the rerun must come from the cache.
+    again = EndpointGenerator(
+        "micro",
+        endpoint(f"http://127.0.0.1:{free_port()}/v1", max_retries=0),
+        SETTINGS,
+        cache_path=tmp_path / "cache.sqlite",
+        check=False,
+    )
+    cached = flat(generate(again, tmp_path, "again"))
+    assert all(r["served"]["cached"] for r in cached)
+    assert [r["raw"] for r in cached] == [r["raw"] for r in rows]
+    assert again.report()["cache_hits"] == len(rows)
+
+
+def test_resume_from_checkpoint_after_kill(server: str, tmp_path: Path) -> None:
+    """A job killed mid-cell resumes from its checkpoint; the unfinished question's calls
+    are redone (from the cache) and the rows equal an uninterrupted run's."""
+    whole = flat(generate(served(server, tmp_path / "a"), tmp_path, "whole"))
+    script = tmp_path / "killed.py"
+    checkpoint = tmp_path / "killed.checkpoint.jsonl"
+    spec = {
+        "workflow": str(Path(__file__).resolve().parents[1] / "workflow"),
+        "endpoint": endpoint(server),
+        "cache": str(tmp_path / "b.sqlite"),
+        "rows": ROWS,
+        "prompts": list(PROMPTS),
+        "checkpoint": str(checkpoint),
+    }
+    script.write_text(
+        f"""
+import json, os, signal, sys
+from pathlib import Path
+spec = json.loads({json.dumps(spec)!r})
+sys.path.insert(0, spec["workflow"])
+from grabrag.generation.endpoint import EndpointGenerator
+from grabrag.generation.generator import GenerationSettings, run_cells
+settings = GenerationSettings(n_ctx=4096, max_tokens=64)
+gen = EndpointGenerator("micro", spec["endpoint"], settings, cache_path=Path(spec["cache"]))
+calls = []
+def complete(messages):
+    calls.append(1)
+    if len(calls) == 5:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return gen.complete(messages)
+run_cells(complete, gen.reset, spec["rows"], spec["prompts"], Path(spec["checkpoint"]))
+"""
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert len(checkpoint.read_text().splitlines()) == 4
+    resumed = EndpointGenerator(
+        "micro", endpoint(server), SETTINGS, cache_path=tmp_path / "b.sqlite"
+    )
+    rows = flat(run_cells(resumed.complete, resumed.reset, ROWS, PROMPTS, checkpoint, batcher=None))
+    assert [(r["qid"], r["prompt"], r["raw"]) for r in rows] == [
+        (r["qid"], r["prompt"], r["raw"]) for r in whole
+    ]
+    # q1's three calls came from the checkpoint; q2's finished call was redone whole with
+    # the question, from the cache; q3's three went to the server.
+    assert resumed.calls == 6 and resumed.cache_hits == 1
+
+
+# --- faults, produced for real ---------------------------------------------------------------
+
+
+def test_connection_refused_is_named(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(EndpointError, match=r"failed 3 attempts: cannot connect .*refused"):
+        served(url, tmp_path)
+
+
+def test_wrong_key_names_the_variable(
+    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_VARIABLE, "not-the-key")
+    with pytest.raises(EndpointError, match=rf"refused the API key in \${KEY_VARIABLE} \(HTTP 401"):
+        served(server, tmp_path)
+    monkeypatch.delenv(KEY_VARIABLE)
+    with pytest.raises(EndpointError, match=rf"names {KEY_VARIABLE}, which is not set"):
+        served(server, tmp_path)
+    with pytest.raises(EndpointError, match=r"asks for an API key .*api_key_env"):
+        served(server, tmp_path, api_key_env=None)
+
+
+def test_unknown_model_is_named(server: str, tmp_path: Path) -> None:
+    with pytest.raises(EndpointError, match=rf"does not serve model 'gpt-x' .*{SERVED_NAME}"):
+        served(server, tmp_path, model="gpt-x")
+
+
+class FaultyProxy:
+    """A handler in front of the real server: the first ``fail`` chat requests answered
+    with ``status``, or each delayed ``delay`` s, or each body cut to ``truncate`` bytes."""
+
+    def __init__(
+        self,
+        upstream: str,
+        fail: int = 0,
+        status: int = 503,
+        delay: float = 0.0,
+        truncate: int | None = None,
+    ) -> None:
+        self.upstream, self.fail, self.status = upstream, fail, status
+        self.delay, self.truncate, self.seen = delay, truncate, 0
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _forward(self, body: bytes | None) -> None:
+                if self.path.endswith("/chat/completions"):
+                    proxy.seen += 1
+                    if proxy.seen <= proxy.fail:
+                        self.send_response(proxy.status)
+                        self.end_headers()
+                        self.wfile.write(b'{"error": {"message": "overloaded"}}')
+                        return
+                    time.sleep(proxy.delay)
+                request = urllib.request.Request(
+                    proxy.upstream + self.path, data=body, headers=dict(self.headers)
+                )
+                with urllib.request.urlopen(request, timeout=60) as reply:
+                    data = reply.read()
+                if proxy.truncate is not None and self.path.endswith("/chat/completions"):
+                    data = data[: proxy.truncate]
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._forward(None)
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._forward(self.rfile.read(int(self.headers["Content-Length"])))
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        # a client that gave up (the timeout test) leaves a broken pipe: not a failure
+        self.httpd.handle_error = lambda *args: None  # type: ignore[method-assign]
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def __enter__(self) -> FaultyProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+
+
+def upstream(server: str) -> str:
+    return server.rsplit("/v1", 1)[0]
+
+
+def one_call(generator: EndpointGenerator) -> dict:
+    row = ROWS[0]
+    return generator.complete(messages_for("P0", row["question"], row["context"]))
+
+
+def test_overloaded_server_is_retried(server: str, tmp_path: Path) -> None:
+    with FaultyProxy(upstream(server), fail=2, status=503) as proxy:
+        result = one_call(served(proxy.url, tmp_path))
+    assert proxy.seen == 3 and result["raw"]
+
+
+def test_persistent_failure_and_timeout_and_truncation_are_named(
+    server: str, tmp_path: Path
+) -> None:
+    with FaultyProxy(upstream(server), fail=99, status=500) as proxy:
+        with pytest.raises(EndpointError, match=r"failed 3 attempts: HTTP 500 \(overloaded\)"):
+            one_call(served(proxy.url, tmp_path))
+    with FaultyProxy(upstream(server), delay=3.0) as proxy:
+        with pytest.raises(EndpointError, match=r"failed 1 attempt: no answer within timeout_s 1"):
+            one_call(served(proxy.url, tmp_path, timeout_s=1, max_retries=0))
+    with FaultyProxy(upstream(server), truncate=40) as proxy:
+        with pytest.raises(EndpointError, match=r"failed 3 attempts: .*(not JSON|broke off)"):
+            one_call(served(proxy.url, tmp_path))
+
+
+def test_refused_constraint_is_named(server: str, tmp_path: Path) -> None:
+    """A server that rejects the grammar field: a 400 naming the dialect to change."""
+    with FaultyProxy(upstream(server), fail=99, status=400) as proxy:
+        proxy_error = b'{"error": {"message": "unknown field: grammar"}}'
+        handler = proxy.httpd.RequestHandlerClass
+
+        def reject(self: http.server.BaseHTTPRequestHandler) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(400)
+            self.end_headers()
+            self.wfile.write(proxy_error)
+
+        handler.do_POST = reject  # type: ignore[method-assign]
+        with pytest.raises(EndpointError, match=r"refused the 'gbnf' constraint .*constraint"):
+            one_call(served(proxy.url, tmp_path))
+
+
+def test_server_key_is_never_written(server: str, tmp_path: Path) -> None:
+    generator = served(server, tmp_path)
+    result = one_call(generator)
+    assert KEY not in json.dumps(result)
+    assert KEY.encode() not in (tmp_path / "cache.sqlite").read_bytes()
+    assert os.environ[KEY_VARIABLE] == KEY
+
+
+# --- the tiny config's model stages through the server ----------------------------------------
+
+
+def served_config(base_url: str, dest: Path, concurrency: int) -> Path:
+    """The tiny config with its model served instead of loaded in the jobs."""
+    config = yaml.safe_load(TINY.read_text())
+    config["models"] = {
+        "micro": {"endpoint": endpoint(base_url, concurrency=concurrency, max_retries=1)}
+    }
+    dest.write_text(yaml.safe_dump(config))
+    return dest
+
+
+# The cells the workflow test reruns through the server: NQ's QC and closed-book cells.
+CELL = re.compile(r"/(QC|Qclosed)(/|\.jsonl$)")
+# What a row decided: a generation or baseline row's decision and answer, an EvidentialRAG
+# evaluator's judgement, an EVID row's generator output.
+OUTCOME_FIELDS = (
+    "decision",
+    "answer",
+    "stance",
+    "value",
+    "claim",
+    "generator_decision",
+    "generator_answer",
+)
+
+
+@pytest.mark.integration
+def test_tiny_config_model_stages_through_the_server(
+    server: str, tiny_run: Path, tmp_path: Path
+) -> None:
+    """Every model stage of the tiny config (generation, closed book, the LLM verifier,
+    EvidentialRAG's evaluator and generator, CDD's steps and baselines, the TruthfulQA
+    probe) runs through llama_cpp.server on a copy of the tiny run; the jobs take no GPU
+    slot, every row of a model call says it was served, and the rows agree with the
+    in-process run's (the same micro model, batch 2 against concurrency 2)."""
+    copy_run(tiny_run, tmp_path)
+    config = served_config(server, tmp_path / "served.yaml", concurrency=2)
+    # Every model stage's outputs the tiny run has for NQ's QC cell and its closed-book
+    # cell (NQ is the dataset every method runs on: generation, closed book, the verifier,
+    # EvidentialRAG's evaluator and generator, CDD and the baselines)
+    targets = sorted(
+        str(path.relative_to(tiny_run))
+        for stage in ("generation", "nli", "evidential", "cdd")
+        for path in (tiny_run / "results" / stage / "micro" / "nq_bigbench").rglob("*")
+        if path.is_file() and not path.name.startswith(".") and CELL.search(str(path))
+    )
+    proc = snakemake(tmp_path, *targets, configfile=config, env={KEY_VARIABLE: KEY})
+    output = proc.stdout + proc.stderr
+    jobs = planned_jobs(output)
+    assert MODEL_RULES <= set(jobs), jobs
+    # nothing upstream of the model stages reran: only the model jobs and what reads them
+    assert not set(jobs) & {"prepare_data", "embed", "retrieve", "build_contexts", "swaps"}, jobs
+    # a served model's jobs hold no GPU slot (Snakemake prints each job's resources)
+    assert "gpu=0" in output and "gpu=1" not in output
+    compared = agreed = raw_agreed = 0
+    for stage in ("generation", "nli", "evidential", "cdd"):
+        for cell in sorted(
+            (tmp_path / "results" / stage / "micro" / "nq_bigbench").rglob("*.jsonl")
+        ):
+            if not CELL.search(str(cell)):
+                continue
+            rows = [json.loads(line) for line in cell.read_text().splitlines()]
+            if cell.name.startswith(".") or not rows or "raw" not in rows[0]:
+                continue
+            theirs = [
+                json.loads(line)
+                for line in (tiny_run / cell.relative_to(tmp_path)).read_text().splitlines()
+            ]
+            assert len(rows) == len(theirs), cell
+            for row, their in zip(rows, theirs, strict=True):
+                assert row["served"]["model"] == SERVED_NAME, (cell, row)
+                assert row["served"]["constraint"] == "gbnf", (cell, row)
+                compared += 1
+                fields = [k for k in OUTCOME_FIELDS if k in row]
+                agreed += all(row[k] == their[k] for k in fields)
+                raw_agreed += row["raw"] == their["raw"]
+    print(f"served vs in-process: {agreed}/{compared} decision+answer, {raw_agreed} raw")
+    assert compared > 15, compared
+    assert agreed == compared, f"{agreed}/{compared} agree ({raw_agreed} raw)"
