@@ -20,9 +20,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from grabrag.generation.batching import Request
 from grabrag.generation.endpoint import EndpointError, EndpointGenerator
-from grabrag.generation.generator import GenerationSettings, LlamaGenerator, run_cells
-from grabrag.generation.prompts import messages_for
+from grabrag.generation.generator import (
+    GenerationSettings,
+    LlamaGenerator,
+    cell_report,
+    run_cells,
+)
+from grabrag.generation.prompts import GBNF_GRAMMAR, messages_for
 
 from .conftest import (
     CORES,
@@ -320,6 +326,37 @@ def test_refused_constraint_is_named(server: str, tmp_path: Path) -> None:
             one_call(served(proxy.url, tmp_path))
 
 
+def test_no_constraint_sends_only_openai_fields_and_counts_unreadable_outputs(
+    server: str, tmp_path: Path
+) -> None:
+    """`constraint: none` (a hosted API that takes no grammar): the request carries no
+    grammar and no field outside OpenAI's chat API, the call is answered, the row says it
+    was unconstrained, and an output the parser cannot read is a counted parse failure."""
+    generator = served(server, tmp_path, constraint="none")
+    row = ROWS[0]
+    request = Request(messages_for("P0", row["question"], row["context"]), GBNF_GRAMMAR, 64)
+    body = generator.request_body(request)
+    openai_fields = {
+        "model", "messages", "temperature", "top_p", "presence_penalty", "frequency_penalty",
+        "seed", "max_tokens",
+    }  # fmt: skip
+    assert set(body) == openai_fields, set(body) - openai_fields
+    cells = generate(generator, tmp_path, "unconstrained")
+    rows = flat(cells)
+    assert {r["served"]["constraint"] for r in rows} == {"none"}
+    assert all(r["raw"] for r in rows)
+    # the micro model, unconstrained, does not write the paper's JSON: each such output is
+    # a parse failure of its row, never a silent answer
+    for r in rows:
+        assert r["parse_status"] in ("ok", "repaired", "failed"), r
+        if r["parse_status"] == "failed":
+            assert r["decision"] is None and r["answer"] is None, r
+    failed = [r for r in rows if r["parse_status"] == "failed"]
+    assert failed, [r["raw"] for r in rows]
+    counted = sum(cell_report(cells[p])["parse_status"]["failed"] for p in PROMPTS)
+    assert counted == len(failed)
+
+
 def test_server_key_is_never_written(server: str, tmp_path: Path) -> None:
     generator = served(server, tmp_path)
     result = one_call(generator)
@@ -361,8 +398,9 @@ def test_tiny_config_model_stages_through_the_server(
     server: str, tiny_run: Path, tmp_path: Path
 ) -> None:
     """Every model stage of the tiny config (generation, closed book, the LLM verifier,
-    EvidentialRAG's evaluator and generator, CDD's steps and baselines, the TruthfulQA
-    probe) runs through llama_cpp.server on a copy of the tiny run; the jobs take no GPU
+    EvidentialRAG's evaluator and generator, CDD's steps and baselines; the TruthfulQA
+    probe runs these same rules on its own dataset) runs through llama_cpp.server on a copy
+    of the tiny run; the jobs take no GPU
     slot, every row of a model call says it was served, and the rows agree with the
     in-process run's (the same micro model, batch 2 against concurrency 2)."""
     copy_run(tiny_run, tmp_path)
@@ -406,6 +444,15 @@ def test_tiny_config_model_stages_through_the_server(
                 fields = [k for k in OUTCOME_FIELDS if k in row]
                 agreed += all(row[k] == their[k] for k in fields)
                 raw_agreed += row["raw"] == their["raw"]
+    # CDD's traces: each step the model answered says it was served
+    traces = tmp_path / "results/cdd/micro/nq_bigbench/QC/traces.jsonl"
+    steps = [
+        entry
+        for line in traces.read_text().splitlines()
+        for entry in json.loads(line)["trace"].values()
+        if entry["origin"] == "generated" and entry["raw"] is not None
+    ]
+    assert steps and all(e["served"]["model"] == SERVED_NAME for e in steps), steps
     print(f"served vs in-process: {agreed}/{compared} decision+answer, {raw_agreed} raw")
     assert compared > 15, compared
     assert agreed == compared, f"{agreed}/{compared} agree ({raw_agreed} raw)"

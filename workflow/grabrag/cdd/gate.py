@@ -144,10 +144,7 @@ def run_gate(
         return _skipped(GATE, NO_PAIR).to_dict()
     result = complete(gate_messages(question, contextual, parametric), grammar=GATE_GRAMMAR)
     parsed = parse_step(GATE, result["raw"], result.get("finish_reason"))
-    parsed.prompt_tokens = int(result.get("prompt_tokens") or 0)
-    parsed.completion_tokens = int(result.get("completion_tokens") or 0)
-    parsed.seconds = float(result.get("seconds") or 0.0)
-    return parsed.to_dict()
+    return parsed.record_call(result).to_dict()
 
 
 def gate_route(

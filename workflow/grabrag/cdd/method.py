@@ -99,10 +99,7 @@ def run_step(
     parsed = parse_step(
         step, result["raw"], result.get("finish_reason"), context=context, trace=trace
     )
-    parsed.prompt_tokens = int(result.get("prompt_tokens") or 0)
-    parsed.completion_tokens = int(result.get("completion_tokens") or 0)
-    parsed.seconds = float(result.get("seconds") or 0.0)
-    return parsed
+    return parsed.record_call(result)
 
 
 def decision_from_resolution(entry: Mapping[str, Any]) -> dict[str, Any]:

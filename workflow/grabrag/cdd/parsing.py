@@ -69,9 +69,24 @@ class StepResult:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     seconds: float = 0.0
+    # A served model's call says how it was made (grabrag.generation.generator.provenance);
+    # None for a call made in the job's own process, whose entries carry no such key.
+    served: dict[str, Any] | None = None
+
+    def record_call(self, result: Mapping[str, Any]) -> StepResult:
+        """This step's call's cost (and, when served, its provenance) from the model's
+        result."""
+        self.prompt_tokens = int(result.get("prompt_tokens") or 0)
+        self.completion_tokens = int(result.get("completion_tokens") or 0)
+        self.seconds = float(result.get("seconds") or 0.0)
+        self.served = result.get("served")
+        return self
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        entry = asdict(self)
+        if entry["served"] is None:
+            del entry["served"]
+        return entry
 
 
 def _is_int(value: Any, low: int, high: int | None = None) -> bool:

@@ -58,6 +58,10 @@ DIALECTS = {
     "vllm": lambda gbnf: {"structured_outputs": {"grammar": gbnf}, "repetition_penalty": 1.0},
     # SGLang's constrained decoding (EBNF in the GBNF notation).
     "sglang": lambda gbnf: {"ebnf": gbnf, "repetition_penalty": 1.0},
+    # No constraint, and only the fields of OpenAI's own chat API (a hosted API refuses
+    # fields it does not know): the prompts still ask for the format, and every output the
+    # parser cannot read is counted per cell as a parse failure, as in-process fallbacks are.
+    "none": lambda gbnf: {},
 }
 # Where the response cache lives when the caller names none (relative to the working
 # directory: the workflow's, for rule jobs).
