@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from grabrag.generation.generator import (
     run_cells,
 )
 from grabrag.generation.prompts import GBNF_GRAMMAR, messages_for
+from grabrag.policies.nli import LlmNli
 
 from .conftest import (
     CORES,
@@ -230,9 +232,11 @@ class FaultyProxy:
         status: int = 503,
         delay: float = 0.0,
         truncate: int | None = None,
+        rewrite: Callable[[dict], dict] | None = None,
     ) -> None:
         self.upstream, self.fail, self.status = upstream, fail, status
         self.delay, self.truncate, self.seen = delay, truncate, 0
+        self.rewrite, self.bodies = rewrite, []
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -248,8 +252,13 @@ class FaultyProxy:
                         self.wfile.write(b'{"error": {"message": "overloaded"}}')
                         return
                     time.sleep(proxy.delay)
+                    if body is not None:
+                        proxy.bodies.append(json.loads(body))
+                    if proxy.rewrite is not None and body is not None:
+                        body = json.dumps(proxy.rewrite(json.loads(body))).encode()
+                headers = {k: v for k, v in self.headers.items() if k != "Content-Length"}
                 request = urllib.request.Request(
-                    proxy.upstream + self.path, data=body, headers=dict(self.headers)
+                    proxy.upstream + self.path, data=body, headers=headers
                 )
                 with urllib.request.urlopen(request, timeout=60) as reply:
                     data = reply.read()
@@ -355,6 +364,101 @@ def test_no_constraint_sends_only_openai_fields_and_counts_unreadable_outputs(
     assert failed, [r["raw"] for r in rows]
     counted = sum(cell_report(cells[p])["parse_status"]["failed"] for p in PROMPTS)
     assert counted == len(failed)
+
+
+def as_openai_structured_outputs(body: dict) -> dict:
+    """What OpenAI's API does with a request, in llama-cpp-python's server's own terms: a
+    `response_format` JSON schema constrains the output (the server takes it as
+    `json_object` with a `schema`), and no repetition penalty applies (the server's default
+    is 1.1). The real server then builds its grammar from the schema itself."""
+    body = {**body, "repeat_penalty": 1.0}
+    structured = body.get("response_format") or {}
+    if structured.get("type") == "json_schema":
+        schema = structured["json_schema"]["schema"]
+        body["response_format"] = {"type": "json_object", "schema": schema}
+    return body
+
+
+def test_json_schema_constrains_the_calls_through_a_real_server(
+    server: str, tmp_path: Path
+) -> None:
+    """`constraint: json_schema` (OpenAI's structured outputs) in front of the real server:
+    only OpenAI's request fields go out, with the schema derived from each call's grammar;
+    every output the server finished is a JSON object with the paper's fields in the
+    grammar's order, and the verifier's bare label comes back out of its {"label": ...}
+    object. (On the micro model's near-random weights the schema's grammar, which differs
+    from ours in whitespace and escapes, leads greedy decoding elsewhere than ours, so the
+    rows are not compared with the in-process ones; the server also lets through values
+    its converter does not bound, such as a negative confidence, which the parser counts
+    as a failure of its row.)"""
+    with FaultyProxy(upstream(server), rewrite=as_openai_structured_outputs) as proxy:
+        generator = served(proxy.url, tmp_path, constraint="json_schema")
+        cells = generate(generator, tmp_path, "structured")
+        sent = proxy.bodies[-1]
+        labels = LlmNli(generator, name="micro").classify(
+            [("Paris is the capital of France.", "Paris is in France.")] * 2
+        )
+    openai_fields = {
+        "model", "messages", "temperature", "top_p", "presence_penalty", "frequency_penalty",
+        "seed", "max_tokens", "response_format",
+    }  # fmt: skip
+    assert set(sent) == openai_fields, set(sent) - openai_fields
+    structured = sent["response_format"]
+    assert structured["type"] == "json_schema" and structured["json_schema"]["strict"]
+    rows = flat(cells)
+    assert {r["served"]["constraint"] for r in rows} == {"json_schema"}
+    finished = [json.loads(r["raw"], strict=False) for r in rows if r["finish_reason"] == "stop"]
+    assert finished, [r["raw"] for r in rows]
+    for output in finished:
+        assert list(output) == ["decision", "answer", "confidence", "reasoning"], output
+        assert output["decision"] in ("answer", "abstain"), output
+    failed = sum(cell_report(cells[p])["parse_status"]["failed"] for p in PROMPTS)
+    assert failed == sum(r["parse_status"] == "failed" for r in rows)
+    assert len(labels) == 2 and set(labels) <= {"entailment", "neutral", "contradiction"}
+
+
+def test_every_stage_grammar_has_its_json_schema() -> None:
+    """Each grammar a stage sends converts, field for field in the grammar's order, and a
+    grammar with no JSON equivalent is refused by name before any call."""
+    from grabrag.cdd.schema import GATE_GRAMMAR, REASONING_FIRST_GRAMMAR, STEP_GRAMMARS
+    from grabrag.evidential.evaluator import EVALUATOR_GRAMMAR
+    from grabrag.generation.json_schema import SchemaError, schema_for
+    from grabrag.policies.nli import NLI_GRAMMAR
+
+    paper, wrapped = schema_for(GBNF_GRAMMAR)
+    assert not wrapped and list(paper["properties"]) == [
+        "decision", "answer", "confidence", "reasoning",
+    ]  # fmt: skip
+    assert paper["properties"]["decision"] == {"type": "string", "enum": ["answer", "abstain"]}
+    assert paper["properties"]["confidence"] == {"type": "integer", "minimum": 0, "maximum": 100}
+    assert paper["required"] == list(paper["properties"]) and not paper["additionalProperties"]
+    evaluator, _ = schema_for(EVALUATOR_GRAMMAR)
+    assert evaluator["properties"]["evidence"] == {"type": "integer", "minimum": 0, "maximum": 10}
+    premise, _ = schema_for(STEP_GRAMMARS["premise"])
+    assert premise["properties"]["passage"] == {"type": "integer", "minimum": 0, "maximum": 99}
+    assert schema_for(GATE_GRAMMAR)[0]["properties"] == {"contradict": {"type": "boolean"}}
+    assert list(schema_for(REASONING_FIRST_GRAMMAR)[0]["properties"])[0] == "reasoning"
+    label, wrapped = schema_for(NLI_GRAMMAR)
+    assert wrapped and label["properties"]["label"]["enum"] == [
+        "entailment", "neutral", "contradiction",
+    ]  # fmt: skip
+    for grammar in STEP_GRAMMARS.values():
+        schema_for(grammar)
+    with pytest.raises(SchemaError, match="not a literal or a character class"):
+        schema_for('root ::= "{" ws "\\"n\\":" ws num ws "}"\nnum ::= [0-9]+\nws ::= " "?\n')
+    with pytest.raises(SchemaError, match="not a finite choice"):
+        schema_for('root ::= "{" ws "\\"n\\":" ws num ws "}"\nnum ::= [^x]\nws ::= " "?\n')
+    unconstrainable = EndpointGenerator(
+        "m",
+        {"base_url": "http://127.0.0.1:9/v1", "model": "m", "constraint": "json_schema"},
+        SETTINGS,
+        cache_path=None,
+        check=False,
+    )
+    with pytest.raises(EndpointError, match=r"json_schema: this call's grammar has no JSON"):
+        unconstrainable.request_body(
+            Request([{"role": "user", "content": "hi"}], "root ::= [a-z]+\n", 8)
+        )
 
 
 def test_server_key_is_never_written(server: str, tmp_path: Path) -> None:

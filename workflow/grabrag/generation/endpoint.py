@@ -42,6 +42,7 @@ from typing import Any
 
 from grabrag.core.errors import GrabragError
 from grabrag.generation.batching import Batcher, Request
+from grabrag.generation.json_schema import SchemaError, schema_for, unwrap_label
 from grabrag.generation.prompts import GBNF_GRAMMAR
 
 log = logging.getLogger("grabrag")
@@ -58,6 +59,14 @@ DIALECTS = {
     "vllm": lambda gbnf: {"structured_outputs": {"grammar": gbnf}, "repetition_penalty": 1.0},
     # SGLang's constrained decoding (EBNF in the GBNF notation).
     "sglang": lambda gbnf: {"ebnf": gbnf, "repetition_penalty": 1.0},
+    # OpenAI's structured outputs: the JSON schema equivalent of the call's grammar (only
+    # OpenAI's own fields, as for "none").
+    "json_schema": lambda gbnf: {
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "grabrag", "strict": True, "schema": schema_for(gbnf)[0]},
+        }
+    },
     # No constraint, and only the fields of OpenAI's own chat API (a hosted API refuses
     # fields it does not know): the prompts still ask for the format, and every output the
     # parser cannot read is counted per cell as a parse failure, as in-process fallbacks are.
@@ -213,6 +222,14 @@ class EndpointGenerator:
     # --- one request ------------------------------------------------------------------------
 
     def request_body(self, request: Request) -> dict[str, Any]:
+        try:
+            constraint = DIALECTS[self.dialect](request.grammar)
+        except SchemaError as error:
+            raise EndpointError(
+                f"models.{self.name}.endpoint.constraint json_schema: this call's grammar has "
+                f"no JSON schema equivalent ({error}); use a dialect that takes the grammar "
+                "itself (gbnf, vllm, sglang)"
+            ) from None
         return {
             "model": self.model,
             "messages": request.messages,
@@ -222,7 +239,7 @@ class EndpointGenerator:
             "frequency_penalty": 0.0,
             "seed": self.settings.seed,
             "max_tokens": request.max_tokens,
-            **DIALECTS[self.dialect](request.grammar),
+            **constraint,
         }
 
     def _call(self, request: Request) -> dict[str, Any]:
@@ -232,6 +249,10 @@ class EndpointGenerator:
         cached = self.cache.get(key) if self.cache is not None else None
         response = cached if cached is not None else self._post("/chat/completions", body)
         result = self._result(response, started, cached is not None)
+        if self.dialect == "json_schema" and schema_for(request.grammar)[1]:
+            # a bare choice of words was asked for as {"label": word}: the stage parses the
+            # word, as under the grammar itself
+            result["raw"] = unwrap_label(result["raw"])
         if cached is None and self.cache is not None:
             self.cache.put(key, response)
         self.calls += 1
