@@ -298,6 +298,40 @@ def one_call(generator: EndpointGenerator) -> dict:
     return generator.complete(messages_for("P0", row["question"], row["context"]))
 
 
+def test_server_stopped_mid_cell_is_named_and_loses_no_finished_question(
+    server: str, tmp_path: Path
+) -> None:
+    """The server goes away after the fourth call of a cell (question 2 in flight): the
+    job stops with the refused connection named, the finished calls stay in the
+    checkpoint, and the rerun against a live server finishes the cell to the uninterrupted
+    rows."""
+    whole = flat(generate(served(server, tmp_path / "a"), tmp_path, "whole"))
+    checkpoint = tmp_path / "stopped.checkpoint.jsonl"
+    with FaultyProxy(upstream(server)) as proxy:
+        generator = served(proxy.url, tmp_path / "b")
+        calls = []
+
+        def complete(messages: list[dict[str, str]]) -> dict:
+            if len(calls) == 4:
+                proxy.httpd.shutdown()
+                proxy.httpd.server_close()  # the port now refuses connections
+            calls.append(1)
+            return generator.complete(messages)
+
+        with pytest.raises(EndpointError, match=r"failed 3 attempts: cannot connect .*refused"):
+            run_cells(complete, generator.reset, ROWS, PROMPTS, checkpoint)
+        proxy.httpd.shutdown = lambda: None  # type: ignore[method-assign]  (already down)
+    # every finished call is kept: question 1's three and question 2's first
+    assert len(checkpoint.read_text().splitlines()) == 4
+    resumed = served(server, tmp_path / "b")
+    rows = flat(run_cells(resumed.complete, resumed.reset, ROWS, PROMPTS, checkpoint))
+    assert [(r["qid"], r["prompt"], r["raw"]) for r in rows] == [
+        (r["qid"], r["prompt"], r["raw"]) for r in whole
+    ]
+    # questions 2 and 3 only; question 2's finished call came from the response cache
+    assert resumed.calls == 6 and resumed.cache_hits == 1
+
+
 def test_overloaded_server_is_retried(server: str, tmp_path: Path) -> None:
     with FaultyProxy(upstream(server), fail=2, status=503) as proxy:
         result = one_call(served(proxy.url, tmp_path))
