@@ -49,9 +49,10 @@ log = logging.getLogger("grabrag")
 
 BACKEND = "endpoint"
 # How each kind of server takes a grammar-constrained greedy request: the request's extra
-# fields for a GBNF grammar string. Each also switches off the server's own repetition
-# penalty, which several servers apply by default (llama-cpp-python's server: 1.1) and
-# which changes which token is the argmax, so greedy decoding matches the in-process path.
+# fields for a GBNF grammar string. The self-hosted dialects also switch off the server's
+# own repetition penalty, which several servers apply by default (llama-cpp-python's
+# server: 1.1) and which changes which token is the argmax, so greedy decoding matches the
+# in-process path; OpenAI's API has no such penalty and refuses fields it does not know.
 DIALECTS = {
     # llama.cpp's llama-server and llama-cpp-python's server: a GBNF string in "grammar".
     "gbnf": lambda gbnf: {"grammar": gbnf, "repeat_penalty": 1.0},

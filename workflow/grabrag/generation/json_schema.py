@@ -19,7 +19,8 @@ Choice: a bare choice of words cannot be a JSON document's root in strict mode, 
 asked for as ``{"label": one of the words}``, and the word is taken back out of the
 server's JSON (:func:`unwrap_label`) before the stage parses it, as if the grammar had been
 applied. A schema cannot restrict whitespace or forbid escapes in strings as the grammars
-do; the parsers read any valid JSON, so neither changes what a row decides.
+do: the parsers read any valid JSON, so no output becomes unreadable, but greedy decoding
+may take another path than under the grammar, so rows can differ from the grammar's.
 """
 
 from __future__ import annotations
