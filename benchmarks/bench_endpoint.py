@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,55 +32,10 @@ sys.path.insert(0, str(REPO))
 import llama_cpp  # noqa: E402,F401  (before numpy: grabrag.generation.generator.LLAMA_FIRST)
 
 from benchmarks.bench_batching import REAL_MODEL, SQUAD, squad_rows  # noqa: E402
+from tests.conftest import serve  # noqa: E402  (the tests' own server start-up)
 
 PROMPTS = ("P0", "P1", "P2")
 SERVED = "bench-model"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(model: Path, threads: int, n_ctx: int) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    log = Path(tempfile.mkdtemp()) / "server.log"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            str(model),
-            "--model_alias",
-            SERVED,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--n_ctx",
-            str(n_ctx),
-            "--n_threads",
-            str(threads),
-            "--n_threads_batch",
-            str(threads),
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"llama_cpp.server exited:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url + "/models", timeout=5):
-                return proc, url
-        except OSError:
-            time.sleep(0.3)
-    proc.terminate()
-    raise SystemExit("llama_cpp.server did not answer within 120 s")
 
 
 def run(generator, rows: list[dict]) -> tuple[float, list[dict]]:
@@ -139,7 +91,8 @@ def main() -> None:
     base_seconds, base = run(in_process, rows)
     print(f"in-process      : {base_seconds:7.1f} s, {calls / base_seconds:6.3f} calls/s (1.00x)")
     in_process.llm.close()  # its memory back before the server loads the same model
-    server, url = start_server(model, args.threads, args.n_ctx)
+    log = Path(tempfile.mkdtemp()) / "server.log"
+    server, url = serve(model, log, args.threads, args.n_ctx, alias=SERVED, api_key=None)
     try:
         cache_dir = Path(tempfile.mkdtemp())
         for concurrency in [int(c) for c in args.concurrency.split(",")]:

@@ -295,47 +295,38 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(model: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    """llama-cpp-python's server on this worker's cores, as a model job of the tiny run."""
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            str(model),
-            "--model_alias",
-            SERVED_NAME,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--n_ctx",
-            "4096",
-            "--n_threads",
-            str(CORES),
-            "--n_threads_batch",
-            str(CORES),
-            "--api_key",
-            KEY,
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-
-
-def wait_ready(base_url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+def serve(
+    model: Path,
+    log: Path,
+    threads: int = CORES,
+    n_ctx: int = 4096,
+    alias: str = SERVED_NAME,
+    api_key: str | None = KEY,
+) -> tuple[subprocess.Popen[bytes], str]:
+    """llama-cpp-python's server on ``model`` on a free loopback port (by default on this
+    worker's cores, as a model job of the tiny run, with the tests' API key), once it
+    answers: the process and its base URL. benchmarks/bench_endpoint.py starts it too."""
+    port = free_port()
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model)]
+    command += ["--model_alias", alias, "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--n_ctx", str(n_ctx), "--n_threads", str(threads)]
+    command += ["--n_threads_batch", str(threads)]
+    if api_key is not None:
+        command += ["--api_key", api_key]
+    proc = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}/v1"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key is not None else {}
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        assert proc.poll() is None, f"llama_cpp.server exited: {log.read_text()[-3000:]}"
-        request = urllib.request.Request(
-            base_url + "/models", headers={"Authorization": f"Bearer {KEY}"}
-        )
+        if proc.poll() is not None:
+            raise AssertionError(f"llama_cpp.server exited: {log.read_text()[-3000:]}")
+        request = urllib.request.Request(base_url + "/models", headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=5):
-                return
+                return proc, base_url
         except OSError:
             time.sleep(0.3)
+    proc.terminate()
     raise AssertionError(f"llama_cpp.server did not answer in 120 s: {log.read_text()[-3000:]}")
 
 
@@ -343,12 +334,9 @@ def wait_ready(base_url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The base URL of a real llama_cpp.server on the micro model (with an API key)."""
     model = ensure_micro_model()
-    port = free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
-    proc = start_server(model, port, log)
-    base_url = f"http://127.0.0.1:{port}/v1"
+    proc, base_url = serve(model, log)
     try:
-        wait_ready(base_url, proc, log)
         yield base_url
     finally:
         proc.terminate()
