@@ -88,6 +88,12 @@ def _method_datasets(section):
     return DATASETS if names is None else [d for d in DATASETS if d in names]
 
 
+def runs_method(section, dataset):
+    """Whether a method (`evidential`, `cdd`) runs on a built dataset: on a seed replicate
+    where it runs on the dataset the replicate rebuilds."""
+    return configured_dataset(dataset) in _method_datasets(section)
+
+
 EVID_DATASETS = _method_datasets("evidential") if EVID_POLICIES else []
 CDD_DATASETS = _method_datasets("cdd") if CDD_FAMILY else []
 # Table 6: datasets whose QC audit sample a person has rated (qc.audit_filled).
@@ -103,6 +109,57 @@ if config["seed_sensitivity"]:
     _sensitivity = config["seed_sensitivity"]
     SEED_VARIANTS[f"{_sensitivity['dataset']}_seed{_sensitivity['seed']}"] = _sensitivity
 SEED_VARIANT_CONDITIONS = [c for c in SEED_COMPARED if c in GENERATION_CONDITIONS]
+
+# Construction seeds (`seeds`): the outputs of `seed` keep the paths of a single-seed run;
+# every other seed N rebuilds each dataset as a replicate "<dataset>_seedN" with its own
+# question sample, corpus, retrieval, contexts, swaps, model passes, policies and metrics
+# (nothing shared: the sample itself is drawn with the seed). Replicates stay out of
+# DATASETS: tables read them per seed (results/tables/seedN/) and across the seeds
+# (results/tables/across_seeds/).
+BASE_SEED = config["seed"]
+EXTRA_SEEDS = [seed for seed in config["seeds"] if seed != BASE_SEED]
+SEEDS = [BASE_SEED, *EXTRA_SEEDS]
+REPLICATES = {
+    f"{dataset}_seed{seed}": {"dataset": dataset, "seed": seed}
+    for seed in EXTRA_SEEDS
+    for dataset in DATASETS
+}
+
+
+def replicate_name(dataset, seed):
+    """A dataset as built with one construction seed: itself for `seed`."""
+    return dataset if seed == BASE_SEED else f"{dataset}_seed{seed}"
+
+
+def configured_dataset(dataset):
+    """The `datasets` entry a built dataset (itself, a seed replicate or Table 13's
+    variant) takes its adapter, asset, sizes and method scopes from."""
+    for derived in (REPLICATES, SEED_VARIANTS):
+        if dataset in derived:
+            return derived[dataset]["dataset"]
+    return dataset
+
+
+def labelled(keys):
+    """Cells of seed replicates named by their configured dataset: what a replicate's
+    metrics call their rows, so its tables read like the base seed's. (Table 13's variant
+    keeps its own name: its table sets it beside the base dataset.)"""
+    return [
+        (
+            {**key, "dataset": REPLICATES[key["dataset"]]["dataset"]}
+            if key["dataset"] in REPLICATES
+            else key
+        )
+        for key in keys
+    ]
+
+
+def seeded(keys):
+    """The cells `keys` (of configured datasets) in every seed's build, seed by seed."""
+    return [
+        {**key, "dataset": replicate_name(key["dataset"], seed)} for seed in SEEDS for key in keys
+    ]
+
 
 # CDD's TruthfulQA misconception-injection probe (rules/truthfulqa.smk): a dataset of its
 # own with its own two conditions, on which every configured policy runs. It stays out of
@@ -128,6 +185,9 @@ FEATURES = registry.Features(
 )
 # The tables and figures this config produces (grabrag.report.specs).
 TABLE_NAMES = table_names(FEATURES)
+# The tables built from the metrics alone: those a seed's build and the seeds pooled
+# remake (the others read per-seed outputs, such as the audit, that only the base seed has).
+SEEDED_TABLES = [name for name in TABLE_NAMES if table_spec(name).reads == ("metrics",)]
 FIGURE_NAMES = figure_names(FEATURES)
 
 
@@ -144,12 +204,13 @@ def _alternatives(names):
 
 # The datasets the GRAB-RAG stages build questions, corpus and contexts for: the probe's
 # dataset has rules of its own for those (rules/truthfulqa.smk).
-BUILT_DATASETS = _alternatives([*config["datasets"], *SEED_VARIANTS])
+BUILT_DATASETS = _alternatives([*config["datasets"], *SEED_VARIANTS, *REPLICATES])
 
 
 wildcard_constraints:
     asset=_alternatives(config["assets"]),
-    dataset=_alternatives([*config["datasets"], *SEED_VARIANTS, *TRUTHFULQA_DATASETS]),
+    dataset=_alternatives([*config["datasets"], *SEED_VARIANTS, *REPLICATES, *TRUTHFULQA_DATASETS]),
+    seed=_alternatives(map(str, EXTRA_SEEDS)) if EXTRA_SEEDS else "(?!)",
     model=_alternatives(config["models"]),
     condition=_alternatives(
         [*GENERATION_CONDITIONS, *(TRUTHFULQA_CONDITIONS if TRUTHFULQA_PROBE else ())]
@@ -215,7 +276,21 @@ def base_file(stage, name):
 
 def construction_seed(wildcards):
     """The per-question seed base: Random(seed + i) for shuffles and swaps."""
-    return SEED_VARIANTS.get(wildcards.dataset, {}).get("seed", config["seed"])
+    for derived in (SEED_VARIANTS, REPLICATES):
+        if wildcards.dataset in derived:
+            return derived[wildcards.dataset]["seed"]
+    return config["seed"]
+
+
+def sample_seed(wildcards):
+    """The seed the question sample and the corpus order are drawn with: a seed
+    replicate's own; Table 13's variant keeps the base questions."""
+    return REPLICATES.get(wildcards.dataset, {}).get("seed", config["seed"])
+
+
+def dataset_config(wildcards):
+    """The `datasets` entry of a built dataset, as a param."""
+    return stable(config["datasets"][configured_dataset(wildcards.dataset)])
 
 
 def closed_book_cell(wildcards):
@@ -245,7 +320,7 @@ def dataset_policies(dataset):
     """The configured policies that run on one dataset (a scoped one, e.g. EVID and the
     CDD family, only on the datasets its config section names)."""
     scopes = {p: registry.policy(p).scope for p in POLICIES}
-    return [p for p in POLICIES if scopes[p] is None or dataset in _method_datasets(scopes[p])]
+    return [p for p in POLICIES if scopes[p] is None or runs_method(scopes[p], dataset)]
 
 
 def metric_cells(dataset):
@@ -302,7 +377,7 @@ def asset_manifest(name):
 
 
 def dataset_asset(wildcards):
-    return asset_manifest(config["datasets"][wildcards.dataset]["asset"])
+    return asset_manifest(config["datasets"][configured_dataset(wildcards.dataset)]["asset"])
 
 
 def served(model):
@@ -465,7 +540,7 @@ def fusion_settings():
 
 def evidential_files(model, dataset):
     """The per-model x dataset EvidentialRAG summaries (the sweep and the efficiency)."""
-    if dataset not in EVID_DATASETS:
+    if not EVID_DATASETS or not runs_method("evidential", dataset):
         return []
     return [
         f"results/evidential/{model}/{dataset}/sweep.csv",
@@ -492,7 +567,7 @@ def cdd_dir(wildcards):
 
 def cdd_files(model, dataset):
     """The per-model x dataset CDD summary (targets of `all`)."""
-    if dataset not in CDD_DATASETS:
+    if not CDD_DATASETS or not runs_method("cdd", dataset):
         return []
     return [f"results/cdd/{model}/{dataset}/diagnostics.csv"]
 
@@ -601,6 +676,8 @@ def output_cells(name):
     found = [{}]
     for axis in spec.axes:
         found = [{**cell, axis: value} for cell in found for value in values[axis](cell)]
+    if spec.per_seed:
+        found = [{**cell, "seed": seed} for seed in SEEDS for cell in found]
     return found
 
 
@@ -610,6 +687,8 @@ def output_files(name, keys):
     pattern = outputs.output(name).pattern
     if pattern is None:
         return [config["qc"]["audit_filled"][key["dataset"]] for key in keys]
+    if outputs.output(name).per_seed:
+        keys = [{**key, "dataset": replicate_name(key["dataset"], key["seed"])} for key in keys]
     return files(pattern, keys)
 
 
@@ -623,6 +702,33 @@ def report_item(wildcards):
 def report_inputs(wildcards):
     """The files of each output kind a table or figure reads, by kind."""
     return {name: output_files(name, output_cells(name)) for name in report_item(wildcards).reads}
+
+
+def seed_report_inputs(wildcards):
+    """The files a table reads, from one construction seed's build of each dataset."""
+    seed = int(wildcards.seed)
+    return {
+        name: output_files(
+            name,
+            [
+                {**key, "dataset": replicate_name(key["dataset"], seed)}
+                for key in output_cells(name)
+            ],
+        )
+        for name in report_item(wildcards).reads
+    }
+
+
+def across_seeds_caption(table):
+    """An across-seed table's caption: the seeds, what its columns are, and the table's own."""
+    listed = ", ".join(map(str, SEEDS))
+    own = render_caption(caption_template("tables", table), config)
+    return (
+        f"Across construction seeds {listed}: each number of {table} as mean +/- sd over "
+        "the seeds (EvidentialRAG's form; sd with n - 1), and beside it the same number over "
+        "every seed's questions pooled, with its paired-bootstrap 95% CI where the table "
+        f"gives one. Numbers as in the table's tidy file (rates as fractions). {table}: {own}"
+    )
 
 
 def report_cells(wildcards):
@@ -679,14 +785,15 @@ def context_files(dataset):
 
 def all_targets():
     targets = []
-    for dataset in DATASETS:
+    for dataset in [*DATASETS, *REPLICATES]:
         targets += context_files(dataset)
         targets.append(f"results/contexts/{dataset}/report.json")
         targets += [
             f"results/qc/{dataset}/summary.json",
-            f"results/qc/{dataset}/audit_sample.csv",
             CONTEXT_FILE.format(dataset=dataset, condition="QC"),
         ]
+        if dataset in DATASETS:  # a person rates the base seed's QC sample
+            targets.append(f"results/qc/{dataset}/audit_sample.csv")
         if "QX" in GENERATION_CONDITIONS:
             targets.append(CONTEXT_FILE.format(dataset=dataset, condition="QX"))
         for model in MODELS:
@@ -696,4 +803,7 @@ def all_targets():
             targets += cdd_files(model, dataset)
     targets += [f"results/tables/{name}.csv" for name in TABLE_NAMES]
     targets += [f"results/figures/{figure}.pdf" for figure in FIGURE_NAMES]
+    for table in SEEDED_TABLES if EXTRA_SEEDS else ():
+        targets += [f"results/tables/seed{seed}/{table}.csv" for seed in EXTRA_SEEDS]
+        targets.append(f"results/tables/across_seeds/{table}.csv")
     return targets

@@ -15,8 +15,8 @@ rule prepare_data:
     conda:
         GRABRAG_ENV
     params:
-        dataset=lambda wildcards: stable(config["datasets"][wildcards.dataset]),
-        seed=config["seed"],
+        dataset=dataset_config,
+        seed=sample_seed,
         code=script_code("prepare_data.py"),
     script:
         "../workflow/scripts/prepare_data.py"

@@ -22,7 +22,9 @@ rule entity_pool:
     params:
         ner=stable(config["ner"]),
         pool_source=config["qc"]["pool"],
-        adapter=lambda wildcards: config["datasets"][wildcards.dataset]["adapter"],
+        adapter=lambda wildcards: config["datasets"][configured_dataset(wildcards.dataset)][
+            "adapter"
+        ],
         code=script_code("entity_pool.py"),
     script:
         "../workflow/scripts/entity_pool.py"

@@ -35,10 +35,37 @@ rule metrics:
         code=script_code("metrics.py"),
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
+        decision_cells=lambda wildcards: labelled(metric_decision_cells(wildcards.dataset)),
+        context_cells=lambda wildcards: labelled(metric_context_cells(wildcards.dataset)),
+    script:
+        "../workflow/scripts/metrics.py"
+
+
+rule pooled_metrics:
+    input:
+        decisions=lambda wildcards: files(
+            DECISION_FILE, seeded(metric_decision_cells(wildcards.dataset))
+        ),
+        contexts=lambda wildcards: files(
+            CONTEXT_FILE, seeded(metric_context_cells(wildcards.dataset))
+        ),
+    output:
+        metrics="results/metrics/across_seeds/{dataset}.csv",
+    log:
+        "results/logs/pooled_metrics/{dataset}.log",
+    wildcard_constraints:
+        dataset=_alternatives(DATASETS),
+    conda:
+        GRABRAG_ENV
+    params:
+        code=script_code("pooled_metrics.py"),
+        bootstrap=stable(config["bootstrap"]),
+        seed=config["seed"],
+        seeds=SEEDS,
         decision_cells=lambda wildcards: metric_decision_cells(wildcards.dataset),
         context_cells=lambda wildcards: metric_context_cells(wildcards.dataset),
     script:
-        "../workflow/scripts/metrics.py"
+        "../workflow/scripts/pooled_metrics.py"
 
 
 rule abstention_over_datasets:
@@ -90,6 +117,69 @@ rule table:
         code=script_code("table.py"),
     script:
         "../workflow/scripts/table.py"
+
+
+rule seed_table:
+    input:
+        unpack(seed_report_inputs),
+    output:
+        csv="results/tables/seed{seed}/{table}.csv",
+        md="results/tables/seed{seed}/{table}.md",
+        tex="results/tables/seed{seed}/{table}.tex",
+        tidy="results/tables/seed{seed}/{table}.tidy.csv",
+    log:
+        "results/logs/seed_table/{seed}/{table}.log",
+    wildcard_constraints:
+        table=_alternatives(SEEDED_TABLES) if SEEDED_TABLES else "(?!)",
+    conda:
+        GRABRAG_ENV
+    params:
+        cells=report_cells,
+        settings=report_settings,
+        caption=lambda wildcards: f"Construction seed {wildcards.seed}. {table_caption(wildcards)}",
+        order=LISTED_ORDER,
+        decoding={model: config["models"][model]["batch"] for model in MODELS},
+        served=served_models(),
+        module_code=report_code,
+        code=script_code("table.py"),
+    script:
+        "../workflow/scripts/table.py"
+
+
+rule across_seeds_table:
+    input:
+        tables=lambda wildcards: [
+            f"results/tables/{wildcards.table}.tidy.csv",
+            *(f"results/tables/seed{seed}/{wildcards.table}.tidy.csv" for seed in EXTRA_SEEDS),
+        ],
+        metrics=files("results/metrics/across_seeds/{dataset}.csv", output_cells("metrics")),
+    output:
+        csv=report(
+            "results/tables/across_seeds/{table}.csv",
+            caption="../workflow/report/across_seeds.rst",
+            category="Tables across seeds",
+            labels={"table": "{table}"},
+        ),
+        md="results/tables/across_seeds/{table}.md",
+        tex="results/tables/across_seeds/{table}.tex",
+        tidy="results/tables/across_seeds/{table}.tidy.csv",
+    log:
+        "results/logs/across_seeds_table/{table}.log",
+    wildcard_constraints:
+        table=_alternatives(SEEDED_TABLES) if SEEDED_TABLES else "(?!)",
+    conda:
+        GRABRAG_ENV
+    params:
+        seeds=SEEDS,
+        cells={"metrics": output_cells("metrics")},
+        settings=report_settings,
+        caption=lambda wildcards: across_seeds_caption(wildcards.table),
+        report_caption=lambda wildcards: across_seeds_caption(wildcards.table),
+        order=LISTED_ORDER,
+        module_code=report_code,
+        code=script_code("across_seeds_table.py"),
+    script:
+        "../workflow/scripts/across_seeds_table.py"
 
 
 rule figure:

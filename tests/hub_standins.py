@@ -149,10 +149,11 @@ def rehearsal_config(
     datasets: list[str] | None = None,
 ) -> dict[str, Any]:
     """``shipped`` with its hub assets served by the stand-ins and only its multiplicity
-    shrunk: a few questions per dataset (and in the TruthfulQA probe) and, when given, a
-    subset of its ``models`` and ``datasets`` (the seed-43 rebuild moves to the first of
-    each kept when its own cell is gone); every backend, adapter, condition, policy and
-    table stays as shipped.
+    shrunk: a few questions per dataset (and in the TruthfulQA probe), its base seed alone
+    (each further seed in ``seeds`` repeats every job on another draw; tests/test_seeds.py
+    runs two seeds) and, when given, a subset of its ``models`` and ``datasets`` (the
+    seed-43 rebuild moves to the first of each kept when its own cell is gone); every
+    backend, adapter, condition, policy and table stays as shipped.
 
     Two settings follow from the stand-ins, not from the config: a GGUF's pinned sha256 is
     the stand-in's (a pin stays a pin), and each model may fall back to the CPU (its
@@ -170,6 +171,7 @@ def rehearsal_config(
         seed["model"] not in config["models"] or seed["dataset"] not in config["datasets"]
     ):
         seed.update(model=next(iter(config["models"])), dataset=next(iter(config["datasets"])))
+    config["seeds"] = None
     for model in config["models"].values():
         model["allow_cpu"] = True
     for name, dataset in config["datasets"].items():

@@ -120,6 +120,12 @@ def test_validation_does_not_modify_its_input(embedded: dict) -> None:
         (lambda c: c["seed_sensitivity"].update(dataset="nope"), "seed_sensitivity.dataset"),
         (lambda c: c["seed_sensitivity"].update(seed=42), "seed_sensitivity.seed"),
         (lambda c: c["seed_sensitivity"].update(sead=43), "seed_sensitivity"),
+        (lambda c: c.update(seeds=[]), "config key 'seeds' is an empty list"),
+        (lambda c: c.update(seeds=[42, 123, 42]), "config key 'seeds' lists 42 2 times"),
+        (lambda c: c.update(seeds=[42, -1]), "config key 'seeds' has -1"),
+        (lambda c: c.update(seeds=[123, 999]), "does not list 'seed' (42)"),
+        (lambda c: c.update(seeds=[42, "x"]), "config key 'seeds.1'"),
+        (lambda c: c.update(seeds=[42, 43]), "config key 'seed_sensitivity.seed' is 43"),
         (lambda c: c.update(evidential={"evaluator": "nope"}), "evidential.evaluator"),
         (lambda c: c.update(evidential={"tau1": 0.7, "tau2": 0.5}), "evidential.tau1"),
         (lambda c: c.update(evidential={"lam": 1.5}), "evidential.lam"),
@@ -258,8 +264,10 @@ def test_paper_config_is_the_paper_and_extended_adds_every_extension() -> None:
     assert extended["truthfulqa_probe"] == {"asset": "bigbench-truthful-qa", "n_questions": None}
     assert "bigbench-truthful-qa" not in paper["assets"]
     extended["assets"].pop("bigbench-truthful-qa")
+    # and EvidentialRAG's three construction seeds
+    assert (paper["seeds"], extended["seeds"]) == ([42], [42, 123, 999])
     # everything else is the paper's setting (the cdd section only matters where CDD runs)
-    for key in ("generation", "policies", "cdd", "truthfulqa_probe"):
+    for key in ("generation", "policies", "cdd", "truthfulqa_probe", "seeds"):
         for config in (paper, extended):
             config.pop(key)
     assert extended == paper
@@ -280,3 +288,12 @@ def test_a_served_model_validates_with_defaults(embedded: dict) -> None:
         "max_retries": 5,
         "backoff_s": 1.0,
     }
+
+
+def test_seeds_default_to_the_seed_alone_and_take_command_line_strings(embedded: dict) -> None:
+    assert validate_config(embedded)["seeds"] == [42]
+    embedded["seed"] = 7
+    assert validate_config(embedded)["seeds"] == [7]
+    # --config 'seeds=[7,123]' reaches the config as strings
+    embedded["seeds"] = ["7", "123"]
+    assert validate_config(embedded)["seeds"] == [7, 123]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -67,6 +68,53 @@ def test_abstention_figure_shades_every_should_abstain_condition() -> None:
 def test_abstention_by_dataset_has_a_panel_per_model_and_dataset() -> None:
     fig = f.abstention_by_dataset(_abstain_rows(["hotpotqa", "nq"]))
     assert [ax.get_title() for ax in fig.axes] == ["m / hotpotqa", "m / nq"]
+
+
+def _errorbar_sizes(ax) -> list[list[float]]:
+    """Each error-bar set's half-lengths (one sd), in drawing order."""
+    from matplotlib.container import ErrorbarContainer
+
+    sizes = []
+    for container in ax.containers:
+        if isinstance(container, ErrorbarContainer):
+            (segments,) = container.lines[2]
+            sizes.append([round((s[1][1] - s[0][1]) / 2, 6) for s in segments.get_segments()])
+    return sizes
+
+
+def test_abstention_by_dataset_draws_the_sd_over_seeds_as_error_bars() -> None:
+    base = _abstain_rows(["nq"])
+    other = base.with_columns(value=pl.lit(0.7))
+    per_seed = pl.concat(
+        [base.with_columns(seed=pl.lit("42")), other.with_columns(seed=pl.lit("7"))]
+    )
+    fig = f.abstention_by_dataset(base, per_seed)
+    (ax,) = fig.axes
+    # abstain rates 0.5 and 0.7: sd 0.1414 -> 14.14 points, at each of the five conditions
+    sd = round(100 * float(np.std([0.5, 0.7], ddof=1)), 4)
+    assert [[round(v, 4) for v in bars] for bars in _errorbar_sizes(ax)] == [[sd] * 5] * 2
+    assert "bars: sd over seeds 42, 7" in fig._suptitle.get_text()
+    # one seed: no bars, the title as before
+    fig = f.abstention_by_dataset(base, base.with_columns(seed=pl.lit("42")))
+    assert _errorbar_sizes(fig.axes[0]) == [] and "seeds" not in fig._suptitle.get_text()
+
+
+def test_qc_breakdown_draws_the_sd_of_each_share_over_seeds() -> None:
+    def counts(echo: float, hallucination: float, override: float, seed: str) -> pl.DataFrame:
+        parts = (("qc_echo", echo), ("qc_hallucination", hallucination), ("qc_override", override))
+        rows = [("m", "d", "P1", "QC", metric, value, seed) for metric, value in parts]
+        return frame(rows, ("model", "dataset", "policy", "condition", "metric", "value", "seed"))
+
+    first, second = counts(2, 1, 1, "42"), counts(0, 2, 2, "7")
+    fig = f.qc_breakdown_figure(first.drop("seed"), pl.concat([first, second]))
+    (ax,) = fig.axes
+    # shares (%): echo 50 and 0, hallucination 25 and 50, override 25 and 50
+    assert _errorbar_sizes(ax) == [
+        [round(float(np.std([50, 0], ddof=1)), 6)],
+        [round(float(np.std([25, 50], ddof=1)), 6)],
+        [round(float(np.std([25, 50], ddof=1)), 6)],
+    ]
+    assert "bars: sd over seeds 42, 7" in fig._suptitle.get_text()
 
 
 def test_qc_breakdown_shares_per_model_in_policy_order() -> None:

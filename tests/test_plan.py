@@ -47,6 +47,10 @@ def test_the_extended_config_plans_every_method() -> None:
     # steps 1, 3, 4, 5; the diagnostics' 5 reruns; step 2 in context; the model gate
     assert calls["cdd_generate"] == per_condition * (4 + 5 + 1 + 1)
     assert calls["baselines_generate"] == per_condition * 4
+    # EvidentialRAG's seeds: 123 and 999 make every call of seed 42 again
+    for rule in ("generate_context_prompts", "evidential_evaluate", "cdd_generate"):
+        assert calls[f"{rule} (seeds 123, 999)"] == 2 * calls[rule]
+    assert not any("seed" in rule and "TruthfulQA" in rule for rule in calls)
 
 
 def test_sizes_come_from_the_hub_else_the_config() -> None:

@@ -103,6 +103,13 @@ def metric_frame(paths: Sequence[str], cells: Sequence[Cell]) -> pl.DataFrame:
     return read_metrics(paths)
 
 
+def metric_frame_by_seed(paths: Sequence[str], cells: Sequence[Cell]) -> pl.DataFrame:
+    """Each seed's metric files as one frame, with a ``seed`` column (text) from the cell."""
+    return read_csvs(
+        paths, floats=ESTIMATES, integers=("n",), labels=[{"seed": str(c["seed"])} for c in cells]
+    )
+
+
 def diagnostics_frame(paths: Sequence[str], cells: Sequence[Cell]) -> pl.DataFrame:
     return read_diagnostics(paths)
 
@@ -155,6 +162,10 @@ class Output:
     read: Reader
     description: str
     datasets: str = ALL_DATASETS
+    # One file per construction seed's build of each dataset (seeds): each cell also
+    # names its ``seed``, and the file is that seed's (``<dataset>_seed<N>`` but for the
+    # base seed).
+    per_seed: bool = False
 
     def __post_init__(self) -> None:
         named = set(re.findall(r"{(\w+)}", self.pattern or "{dataset}"))
@@ -258,6 +269,17 @@ METRICS = declare(
         ("dataset",),
         metric_frame,
         "every metric of every model x policy x condition of a dataset, with its CI",
+    )
+).name
+METRICS_PER_SEED = declare(
+    Output(
+        "metrics_per_seed",
+        "results/metrics/{dataset}.csv",
+        ("dataset",),
+        metric_frame_by_seed,
+        "the metrics of each construction seed's build of a dataset, with a seed column "
+        "(the spread over the seeds, where a figure shows it)",
+        per_seed=True,
     )
 ).name
 SEED_METRICS = declare(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any
@@ -195,6 +196,56 @@ def _check_seed_sensitivity(checked: Mapping[str, Any]) -> None:
             )
 
 
+def _seeds_from_command_line(checked: dict[str, Any]) -> None:
+    """``--config 'seeds=[42,123]'`` reaches the config as strings ('42', '123'):
+    Snakemake parses a list on the command line without typing its items."""
+    seeds = checked.get("seeds")
+    if isinstance(seeds, list):
+        checked["seeds"] = [
+            int(s) if isinstance(s, str) and re.fullmatch(r"-?\d+", s.strip()) else s for s in seeds
+        ]
+
+
+def _check_seeds(checked: dict[str, Any]) -> None:
+    """``seeds``: distinct non-negative seeds, 'seed' among them (null: 'seed' alone), and
+    none whose replicate would take Table 13's variant's name."""
+    seeds = checked["seeds"]
+    base = checked["seed"]
+    if seeds is None:
+        checked["seeds"] = [base]
+        return
+    if not seeds:
+        raise ConfigError(
+            "config key 'seeds' is an empty list: name the construction seeds to run "
+            f"(e.g. [{base}, 123, 999]), or drop the key to run 'seed' ({base}) alone"
+        )
+    for seed in seeds:
+        if seed < 0:
+            raise ConfigError(
+                f"config key 'seeds' has {seed}: a construction seed is a non-negative "
+                "integer (question i is shuffled with Random(seed + i))"
+            )
+        if seeds.count(seed) > 1:
+            raise ConfigError(
+                f"config key 'seeds' lists {seed} {seeds.count(seed)} times: each seed is a "
+                "rebuild of every dataset, so list it once"
+            )
+    if base not in seeds:
+        raise ConfigError(
+            f"config key 'seeds' ({', '.join(map(str, seeds))}) does not list 'seed' ({base}): "
+            "the outputs of 'seed' keep the paths of a single-seed run; add it to 'seeds', "
+            "or set 'seed' to one of them"
+        )
+    sensitivity = checked.get("seed_sensitivity")
+    if sensitivity and sensitivity["seed"] in seeds:
+        raise ConfigError(
+            f"config key 'seed_sensitivity.seed' is {sensitivity['seed']}, which 'seeds' lists "
+            "too: Table 13 rebuilds the same questions with it, a seed in 'seeds' draws new "
+            f"ones, and both would write {sensitivity['dataset']}_seed{sensitivity['seed']}; "
+            "choose another seed for one of them"
+        )
+
+
 def _expand_truthfulqa_probe(checked: dict[str, Any]) -> None:
     """``truthfulqa_probe: N`` is short for N questions from the schema's default asset, so
     that one ``--config truthfulqa_probe=N`` turns the probe on (a ``--config`` value that
@@ -264,12 +315,14 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
     checked = copy.deepcopy(dict(config))
     _check_hub_revisions(checked)
     _expand_truthfulqa_probe(checked)
+    _seeds_from_command_line(checked)
     _check_schema(checked)
     _check_asset_files(checked["assets"])
     _check_models_and_retrieval(checked)
     _check_ner_and_nli(checked)
     _check_dataset_references(checked)
     _check_seed_sensitivity(checked)
+    _check_seeds(checked)
     _check_truthfulqa_probe(checked)
     _check_evidential(checked)
     _check_contexts(checked)

@@ -171,9 +171,32 @@ def _truthfulqa_rows(config: Mapping[str, Any]) -> list[dict[str, Any]]:
         "evidential": {**config["evidential"], "datasets": None},
         "cdd": {**config["cdd"], "datasets": None},
         "seed_sensitivity": None,
+        "seeds": None,  # the probe is one draw: its questions are the file's
         "truthfulqa_probe": None,
     }
     return [{**row, "rule": f"{row['rule']} (TruthfulQA probe)"} for row in model_calls(on_probe)]
+
+
+def _extra_seed_rows(config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each further construction seed (seeds) rebuilds every dataset and makes every call
+    of the rules above again, on questions of its own."""
+    extra = [s for s in config.get("seeds") or () if s != config["seed"]]
+    if not extra:
+        return []
+    once = model_calls(
+        {**config, "seeds": None, "seed_sensitivity": None, "truthfulqa_probe": None}
+    )
+    listed = ", ".join(map(str, extra))
+    return [
+        {
+            **row,
+            "rule": f"{row['rule']} (seeds {listed})",
+            "jobs": row["jobs"] * len(extra),
+            "calls": row["calls"] * len(extra),
+            "how": f"as above, for each of the {len(extra)} further seeds",
+        }
+        for row in once
+    ]
 
 
 def model_calls(config: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -203,6 +226,7 @@ def model_calls(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows += _evidential_rows(config, m, n_by_dataset, conditions)
     rows += _cdd_rows(config, m, n_by_dataset, conditions)
     rows += _seed_sensitivity_rows(config, n_by_dataset, conditions)
+    rows += _extra_seed_rows(config)
     rows += _truthfulqa_rows(config)
     return rows
 

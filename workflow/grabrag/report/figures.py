@@ -24,6 +24,7 @@ from grabrag.core.outputs import (  # noqa: E402
     EVID_SWEEPS,
     METRICS,
     METRICS_OVER_DATASETS,
+    METRICS_PER_SEED,
     P3_SWEEPS,
 )
 from grabrag.report.specs import FigureSpec, Sources  # noqa: E402
@@ -95,9 +96,35 @@ def _by(frame: pl.DataFrame, key: str, keys: Sequence[Any], column: str) -> np.n
     return _floats([found.get(k) for k in keys])
 
 
-def _abstention_panel(ax: Any, rates: pl.DataFrame, conditions: Sequence[str]) -> None:
+def seeds_of(per_seed: pl.DataFrame | None) -> list[str]:
+    """The construction seeds a per-seed metric frame holds (none without one)."""
+    if per_seed is None or per_seed.is_empty():
+        return []
+    return list(dict.fromkeys(per_seed["seed"]))
+
+
+def seed_sd(per_seed: pl.DataFrame | None, metric: str) -> dict[tuple[str, ...], float]:
+    """The sample sd over the seeds of ``metric`` per (model, dataset, policy, condition),
+    where at least two seeds have it; nothing with one seed."""
+    if len(seeds_of(per_seed)) < 2:
+        return {}
+    values: dict[tuple[str, ...], list[float]] = {}
+    for row in where(per_seed, metric=metric).iter_rows(named=True):
+        if row["value"] is not None and not math.isnan(row["value"]):
+            key = (row["model"], row["dataset"], row["policy"], row["condition"])
+            values.setdefault(key, []).append(float(row["value"]))
+    return {key: float(np.std(v, ddof=1)) for key, v in values.items() if len(v) > 1}
+
+
+def _abstention_panel(
+    ax: Any,
+    rates: pl.DataFrame,
+    conditions: Sequence[str],
+    spread: Mapping[tuple[str, str], float] | None = None,
+) -> None:
     """One panel: abstention rate (%) per condition, a line per policy with its 95% CI
-    band, the should-abstain conditions shaded."""
+    band, the should-abstain conditions shaded; with ``spread`` ((policy, condition) ->
+    sd over the construction seeds), error bars of one sd."""
     shaded = [k for k, c in enumerate(conditions) if c in SHOULD_ABSTAIN]
     if shaded:
         ax.axvspan(
@@ -118,6 +145,9 @@ def _abstention_panel(ax: Any, rates: pl.DataFrame, conditions: Sequence[str]) -
             color=colour,
             alpha=0.15,
         )
+        sd = _floats([(spread or {}).get((policy, c)) for c in conditions])
+        if not np.isnan(sd).all():
+            ax.errorbar(x, 100 * value, yerr=100 * sd, fmt="none", ecolor=colour, capsize=2, lw=1)
     ax.set_xticks(list(x), conditions)
     ax.set_xlim(-0.5, len(conditions) - 0.5)
     ax.set_ylim(-2, 102)
@@ -172,20 +202,27 @@ def abstention_by_condition(means: pl.DataFrame) -> Any:
     return fig
 
 
-def abstention_by_dataset(metrics: pl.DataFrame) -> Any:
-    """Figure 2 per dataset: one panel per model (columns) and dataset (rows)."""
+def abstention_by_dataset(metrics: pl.DataFrame, per_seed: pl.DataFrame | None = None) -> Any:
+    """Figure 2 per dataset: one panel per model (columns) and dataset (rows). With
+    ``per_seed`` (the metrics of every construction seed's build, a ``seed`` column) from
+    two seeds or more, each point also has an error bar of one sd over the seeds."""
     rates, conditions = _abstain_rates(metrics)
+    sds = seed_sd(per_seed, "abstain_rate")
     cells = sorted(set(zip(rates["model"], rates["dataset"], strict=True)))
     fig, axes, models, datasets = _grid(cells, width=4.2, height=3.4)
     for i, dataset in enumerate(datasets):
         for j, model in enumerate(models):
             ax = axes[i][j]
             cell = where(rates, model=model, dataset=dataset)
-            _abstention_panel(ax, cell, conditions)
+            spread = {(p, c): sd for (m, d, p, c), sd in sds.items() if (m, d) == (model, dataset)}
+            _abstention_panel(ax, cell, conditions, spread)
             ax.set_title(f"{model} / {dataset}", fontsize=9)
             if j == 0:
                 ax.set_ylabel("abstention rate (%)")
-    fig.suptitle("Abstention rate by context condition and dataset (95% bootstrap CI)", fontsize=10)
+    title = "Abstention rate by context condition and dataset (95% bootstrap CI"
+    if sds:
+        title += f"; bars: sd over seeds {', '.join(seeds_of(per_seed))}"
+    fig.suptitle(title + ")", fontsize=10)
     fig.tight_layout()
     _legend_below(fig, ncol=min(7, 3 + len(models)))
     return fig
@@ -308,22 +345,50 @@ QC_PARTS = (
 )
 
 
-def qc_breakdown_figure(metrics: pl.DataFrame) -> Any:
-    """Answered QC rows split into echo / hallucination / correct override (Table 3's
-    sources), one panel per model, one bar per policy (datasets pooled): the share of the
-    answered rows (%), with the number answered over each bar."""
-    colours, names = policy_colours(), policy_names()
+def _qc_sums(metrics: pl.DataFrame) -> dict[tuple[str, str], dict[str, float]]:
+    """(model, policy) -> each QC source's count (and qc_answered), summed over datasets."""
     counts = where(metrics, condition="QC").filter(
-        pl.col("policy").is_in(list(colours)),
+        pl.col("policy").is_in(list(policy_colours())),
         pl.col("metric").is_in([c for c, _, _ in QC_PARTS] + ["qc_answered"]),
     )
-    # (model, policy) -> metric -> the sum over datasets
     table: dict[tuple[str, str], dict[str, float]] = {}
     for row in counts.iter_rows(named=True):
         if row["value"] is None or math.isnan(row["value"]):
             continue
         sums = table.setdefault((row["model"], row["policy"]), {})
         sums[row["metric"]] = sums.get(row["metric"], 0.0) + float(row["value"])
+    return table
+
+
+def _qc_shares(sums: Mapping[str, float]) -> dict[str, float]:
+    """Each QC source's share (%) of the answered rows."""
+    answered = sum(sums.get(c, 0.0) for c, _, _ in QC_PARTS)
+    return {c: 100 * sums.get(c, 0.0) / answered if answered else 0.0 for c, _, _ in QC_PARTS}
+
+
+def _qc_share_sd(per_seed: pl.DataFrame | None) -> dict[tuple[str, str, str], float]:
+    """(model, policy, source) -> the sd over the seeds of its share, where two seeds or
+    more answered a QC row."""
+    seeds = seeds_of(per_seed)
+    if len(seeds) < 2:
+        return {}
+    shares: dict[tuple[str, str, str], list[float]] = {}
+    for seed in seeds:
+        for (model, policy), sums in _qc_sums(where(per_seed, seed=seed)).items():
+            if sum(sums.get(c, 0.0) for c, _, _ in QC_PARTS):
+                for column, share in _qc_shares(sums).items():
+                    shares.setdefault((model, policy, column), []).append(share)
+    return {k: float(np.std(v, ddof=1)) for k, v in shares.items() if len(v) > 1}
+
+
+def qc_breakdown_figure(metrics: pl.DataFrame, per_seed: pl.DataFrame | None = None) -> Any:
+    """Answered QC rows split into echo / hallucination / correct override (Table 3's
+    sources), one panel per model, one bar per policy (datasets pooled): the share of the
+    answered rows (%), with the number answered over each bar. With ``per_seed`` from two
+    construction seeds or more, each share has an error bar of one sd over the seeds."""
+    colours, names = policy_colours(), policy_names()
+    table = _qc_sums(metrics)
+    sds = _qc_share_sd(per_seed)
     models = in_order("model", (m for m, _ in table)) or [""]
     order = list(colours)
     width = max(len([p for m, p in table if m == model]) for model in models) if table else 1
@@ -346,6 +411,9 @@ def qc_breakdown_figure(metrics: pl.DataFrame) -> Any:
             ]
             ax.bar(x, shares, bottom=bottom, label=label, color=colour)
             bottom = [b + v for b, v in zip(bottom, shares, strict=True)]
+            sd = _floats([sds.get((model, p, column)) for p in policies])
+            if not np.isnan(sd).all():
+                ax.errorbar(x, bottom, yerr=sd, fmt="none", ecolor="0.2", capsize=2, lw=1)
         for k, a in enumerate(answered):
             ax.annotate(
                 f"n={int(a)}",
@@ -359,7 +427,10 @@ def qc_breakdown_figure(metrics: pl.DataFrame) -> Any:
         ax.set_ylim(0, 110)
         ax.set_title(model, fontsize=9)
     axes[0][0].set_ylabel("share of answered QC rows (%)")
-    fig.suptitle("What models say when they answer under misleading context (QC)", fontsize=10)
+    title = "What models say when they answer under misleading context (QC)"
+    if sds:
+        title += f" (bars: sd over seeds {', '.join(seeds_of(per_seed))})"
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     _legend_below(fig, ncol=3)
     return fig
@@ -472,12 +543,18 @@ FIGURES = (
         (METRICS_OVER_DATASETS,),
     ),
     FigureSpec(
-        "abstention_by_dataset", lambda s: abstention_by_dataset(s.read(METRICS)), (METRICS,)
+        "abstention_by_dataset",
+        lambda s: abstention_by_dataset(s.read(METRICS), s.read(METRICS_PER_SEED)),
+        (METRICS, METRICS_PER_SEED),
     ),
     FigureSpec("p3_sweep", _p3_sweep, (P3_SWEEPS,), ("p3",)),
     FigureSpec("risk_coverage", _risk_coverage, _SCORED),
     FigureSpec("reliability", _reliability, _SCORED),
-    FigureSpec("qc_breakdown", lambda s: qc_breakdown_figure(s.read(METRICS)), (METRICS,)),
+    FigureSpec(
+        "qc_breakdown",
+        lambda s: qc_breakdown_figure(s.read(METRICS), s.read(METRICS_PER_SEED)),
+        (METRICS, METRICS_PER_SEED),
+    ),
     FigureSpec("lambda_sweep", _lambda_sweep, (EVID_SWEEPS,), ("fusion",), lambda f: f.evidential),
 )
 """Every figure of the paper, in the order a run lists them."""

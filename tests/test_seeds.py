@@ -1,0 +1,293 @@
+"""Several construction seeds: pooling their questions for the metrics, and a table's
+numbers across the seeds (mean +/- sd beside the pooled estimate)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+import subprocess
+import zipfile
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from grabrag.core.errors import DataError
+from grabrag.core.io import read_jsonl
+from grabrag.evaluation.evaluate import evaluate
+from grabrag.evaluation.seeds import pool_seeds
+from grabrag.report.across_seeds import MEAN_SD, POOLED, SEEDS, across_seeds, mean_sd
+from grabrag.report.tabular import TIDY_SCHEMA, tidy_frame
+
+from .conftest import MODEL_RULES, REPO, TINY, copy_run, planned_jobs, snakemake_command
+
+
+def _contexts(qids: list[str]) -> list[dict]:
+    return [{"qid": q, "index": i, "answers": ["x"]} for i, q in enumerate(qids)]
+
+
+def _decisions(qids: list[str], answered: set[str]) -> list[dict]:
+    return [
+        {"qid": q, "decision": "answer" if q in answered else "abstain", "answer": "x"}
+        for q in qids
+    ]
+
+
+def test_pooled_questions_are_every_seeds_questions_named_by_their_seed() -> None:
+    # question "b" is drawn by both seeds: two draws, two pooled questions
+    first, second = ["a", "b"], ["b", "c", "d"]
+    key = ("m", "ds", "Q0", "P1")
+    decisions, contexts = pool_seeds(
+        {42: {key: _decisions(first, {"a"})}, 7: {key: _decisions(second, {"b", "c"})}},
+        {42: {("ds", "Q0"): _contexts(first)}, 7: {("ds", "Q0"): _contexts(second)}},
+    )
+    assert [r["qid"] for r in contexts[("ds", "Q0")]] == [
+        "a@seed42",
+        "b@seed42",
+        "b@seed7",
+        "c@seed7",
+        "d@seed7",
+    ]
+    assert [r["qid"] for r in decisions[key]] == [r["qid"] for r in contexts[("ds", "Q0")]]
+    rows = evaluate(decisions, contexts, n_resamples=50, seed=1)
+    # the answer rate over the pooled questions is 3 of 5, not the mean of 1/2 and 2/3
+    rates = [r for r in rows if r["metric"] == "answer_rate" and r["condition"] == "Q0"]
+    assert len(rates) == 1
+    assert rates[0]["value"] == pytest.approx(3 / 5)
+    assert rates[0]["n"] == 5
+
+
+def test_pooling_refuses_seeds_with_other_cells() -> None:
+    key, other = ("m", "ds", "Q0", "P1"), ("m", "ds", "Q0", "P2")
+    with pytest.raises(DataError, match="seed 7 has other cell keys than seed 42"):
+        pool_seeds(
+            {42: {key: _decisions(["a"], set())}, 7: {other: _decisions(["b"], set())}},
+            {42: {("ds", "Q0"): _contexts(["a"])}, 7: {("ds", "Q0"): _contexts(["b"])}},
+        )
+
+
+def _tidy(rows: list[tuple[str, str, float | None, float | None, float | None]]) -> pl.DataFrame:
+    records = [
+        {
+            "table": "t",
+            "model": "m",
+            "dataset": "ds",
+            "policy": policy,
+            "condition": None,
+            "row": None,
+            "quantity": quantity,
+            "estimate": estimate,
+            "ci_low": low,
+            "ci_high": high,
+            "n": 3,
+        }
+        for policy, quantity, estimate, low, high in rows
+    ]
+    return pl.DataFrame(records, schema=TIDY_SCHEMA)
+
+
+def test_across_seeds_is_mean_and_sample_sd_beside_the_pooled_estimate() -> None:
+    seed42 = _tidy([("P1", "HwSA", 0.5, None, None), ("P2", "HwSA", None, None, None)])
+    seed7 = _tidy([("P1", "HwSA", 0.25, None, None), ("P2", "HwSA", 1.0, None, None)])
+    seed9 = _tidy([("P1", "HwSA", 1.0, None, None)])
+    pooled = _tidy([("P1", "HwSA", 0.6, 0.2, 0.9), ("P2", "HwSA", 1.0, None, None)])
+    table = across_seeds([(42, seed42), (7, seed7), (9, seed9)], pooled)
+    p1, p2 = table.rows
+    assert p1["policy"] == "P1" and p1["quantity"] == "HwSA"
+    assert p1[MEAN_SD].estimate == pytest.approx(statistics.fmean([0.5, 0.25, 1.0]))
+    assert p1[MEAN_SD] == f"0.583 +/- {statistics.stdev([0.5, 0.25, 1.0]):.3f}"
+    assert p1[SEEDS] == 3
+    assert p1[POOLED] == "0.600 [0.200, 0.900]"
+    assert (p1[POOLED].ci_low, p1[POOLED].ci_high) == (0.2, 0.9)
+    # a number only one seed has: its value, no sd; the pooled one without a CI
+    assert p2[SEEDS] == 1 and p2[MEAN_SD] == "1.000" and p2[POOLED] == "1.000"
+    # label columns no number uses are left out
+    assert "condition" not in table.columns and "row" not in table.columns
+    assert "Seeds: 42, 7, 9." in table.note
+    tidy = tidy_frame(table, "t_across")
+    assert tidy.filter(pl.col("quantity") == MEAN_SD)["estimate"].to_list()[0] == pytest.approx(
+        0.5833333
+    )
+
+
+def test_mean_sd_of_one_value_has_no_sd() -> None:
+    mean, sd = mean_sd([0.4])
+    assert mean == 0.4 and math.isnan(sd)
+
+
+# --- the workflow with two construction seeds, from a copy of the finished tiny run ------
+
+EXTRA = 7
+DATASETS = ("squad", "nq_bigbench")
+# Rules whose jobs are not about one built dataset: the tables the new seed adds, and the
+# figures that show the spread over the seeds.
+SEED_REPORT_RULES = {"seed_table", "across_seeds_table", "figure", "all"}
+SPREAD_FIGURES = {"abstention_by_dataset", "qc_breakdown"}
+
+
+def run_seeds(workdir: Path, seeds: list[int], *args: str) -> str:
+    """The workflow on the tiny config with `seeds` after it (a config file of its own,
+    as a user would combine them)."""
+    overlay = workdir / "seeds.yaml"
+    overlay.write_text(f"seeds: [{', '.join(map(str, seeds))}]\n")
+    cmd = [*snakemake_command(workdir, *args), "--configfile", str(TINY), str(overlay)]
+    # snakemake_command passes --configfile TINY; the later option lists both files
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=1800)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return proc.stdout + proc.stderr
+
+
+def planned_wildcard(dry_run: str, name: str) -> dict[str, set[str]]:
+    """The value of wildcard `name` in every planned job, by rule ("" for a job without
+    it)."""
+    found: dict[str, set[str]] = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", dry_run):
+        rule = re.match(r"(?:local)?rule (\w+):", block.strip())
+        if not rule:
+            continue
+        value = re.search(rf"wildcards:.*?\b{name}=([\w.]+)", block)
+        found.setdefault(rule.group(1), set()).add(value.group(1) if value else "")
+    return found
+
+
+@pytest.fixture(scope="module")
+def two_seeds(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    workdir = tmp_path_factory.mktemp("two_seeds")
+    copy_run(tiny_run, workdir)
+    dry_run = run_seeds(workdir, [42, EXTRA], "-n")
+    planned = planned_wildcard(dry_run, "dataset")
+    assert planned_wildcard(dry_run, "figure")["figure"] == SPREAD_FIGURES
+    replicates = {f"{d}_seed{EXTRA}" for d in DATASETS}
+    for rule, datasets in planned.items():
+        if rule == "pooled_metrics":  # one per configured dataset, over both seeds
+            assert datasets == set(DATASETS), datasets
+        elif rule in SEED_REPORT_RULES:
+            assert datasets == {""}, (rule, datasets)
+        else:  # adding a seed runs only that seed's jobs: nothing of seed 42 reruns
+            assert datasets <= replicates, (rule, datasets)
+    assert MODEL_RULES <= set(planned), planned  # the new seed calls the model itself
+    run_seeds(workdir, [42, EXTRA])
+    return workdir
+
+
+def _metric(path: Path, dataset: str, policy: str, condition: str, metric: str) -> float:
+    frame = pl.read_csv(path, infer_schema_length=None)
+    value = frame.filter(
+        (pl.col("model") == "micro")
+        & (pl.col("dataset") == dataset)
+        & (pl.col("policy") == policy)
+        & (pl.col("condition") == condition)
+        & (pl.col("metric") == metric)
+    )["value"]
+    assert len(value) == 1, (path, policy, condition, metric)
+    return float(value[0])
+
+
+def test_each_seed_draws_its_own_questions(two_seeds: Path) -> None:
+    for dataset in DATASETS:
+        base = read_jsonl(two_seeds / f"results/data/{dataset}/questions.jsonl")
+        other = read_jsonl(two_seeds / f"results/data/{dataset}_seed{EXTRA}/questions.jsonl")
+        assert len(base) == len(other)
+        report = json.loads(
+            (two_seeds / f"results/data/{dataset}_seed{EXTRA}/report.json").read_text()
+        )
+        assert report["seed"] == EXTRA
+    # nq_bigbench has thousands of eligible questions: two draws of two differ
+    drawn = [
+        {r["qid"] for r in read_jsonl(two_seeds / f"results/data/{name}/questions.jsonl")}
+        for name in ("nq_bigbench", f"nq_bigbench_seed{EXTRA}")
+    ]
+    assert drawn[0] != drawn[1]
+
+
+def test_across_seed_table_recomputed_from_the_seeds_metric_files(two_seeds: Path) -> None:
+    """EvidentialRAG's results table, its answer rates: each seed's table reads its own
+    seed's metric file; across the seeds, their mean and sd beside the rate over both
+    seeds' questions pooled (from the pooled metric file, its n the sum of theirs)."""
+    tables = two_seeds / "results/tables"
+    name, quantity = "evid_results", "Ans [95% CI]"
+    per_seed = {
+        42: pl.read_csv(tables / f"{name}.tidy.csv", schema=TIDY_SCHEMA),
+        EXTRA: pl.read_csv(tables / f"seed{EXTRA}/{name}.tidy.csv", schema=TIDY_SCHEMA),
+    }
+    across = pl.read_csv(tables / f"across_seeds/{name}.tidy.csv", schema=TIDY_SCHEMA)
+    checked = 0
+    for record in per_seed[42].filter(pl.col("quantity") == quantity).iter_rows(named=True):
+        dataset, policy, condition = record["dataset"], record["policy"], record["condition"]
+        values = []
+        for seed, frame in per_seed.items():
+            metrics = two_seeds / "results/metrics" / f"{replicate(dataset, seed)}.csv"
+            value = _metric(metrics, dataset, policy, condition, "answer_rate")
+            printed = frame.filter(
+                (pl.col("dataset") == dataset)
+                & (pl.col("policy") == policy)
+                & (pl.col("condition") == condition)
+                & (pl.col("quantity") == quantity)
+            )["estimate"]
+            assert printed.to_list() == [pytest.approx(value)], (seed, dataset, policy, condition)
+            values.append(value)
+        numbers = across.filter(
+            (pl.col("dataset") == dataset)
+            & (pl.col("policy") == policy)
+            & (pl.col("condition") == condition)
+            & (pl.col("row") == f"quantity={quantity}")
+        )
+        by_column = {r["quantity"]: r for r in numbers.iter_rows(named=True)}
+        assert by_column[MEAN_SD]["estimate"] == pytest.approx(statistics.fmean(values))
+        assert by_column[SEEDS]["estimate"] == 2
+        pooled = two_seeds / f"results/metrics/across_seeds/{dataset}.csv"
+        assert by_column[POOLED]["estimate"] == pytest.approx(
+            _metric(pooled, dataset, policy, condition, "answer_rate")
+        )
+        n = [
+            _n(
+                two_seeds / f"results/metrics/{replicate(dataset, s)}.csv",
+                dataset,
+                policy,
+                condition,
+            )
+            for s in per_seed
+        ]
+        assert by_column[POOLED]["n"] == sum(n)
+        checked += 1
+    assert checked >= 10
+    printed = (tables / f"across_seeds/{name}.md").read_text()
+    assert f"Across construction seeds 42, {EXTRA}" in printed and "+/-" in printed
+
+
+def replicate(dataset: str, seed: int) -> str:
+    return dataset if seed == 42 else f"{dataset}_seed{seed}"
+
+
+def _n(path: Path, dataset: str, policy: str, condition: str) -> int:
+    frame = pl.read_csv(path, infer_schema_length=None)
+    return int(
+        frame.filter(
+            (pl.col("dataset") == dataset)
+            & (pl.col("policy") == policy)
+            & (pl.col("condition") == condition)
+            & (pl.col("metric") == "answer_rate")
+        )["n"][0]
+    )
+
+
+def test_removing_the_seed_reruns_only_the_figures_that_showed_its_spread(
+    two_seeds: Path,
+) -> None:
+    dry_run = run_seeds(two_seeds, [42], "-n")
+    assert planned_jobs(dry_run) == {"figure": 2, "all": 1}
+    assert planned_wildcard(dry_run, "figure")["figure"] == SPREAD_FIGURES
+
+
+def test_the_report_shows_the_across_seed_tables(two_seeds: Path) -> None:
+    run_seeds(two_seeds, [42, EXTRA], "--report", "results/report.zip")
+    archive = zipfile.ZipFile(two_seeds / "results/report.zip")
+    names = archive.namelist()
+    # the report keeps a file's name: evid_results.csv, once per seed 42 and across seeds
+    assert len([n for n in names if n.endswith("/evid_results.csv")]) == 2, names
+    (page,) = [n for n in names if n.endswith("report.html")]
+    html = archive.read(page).decode()
+    assert '"Tables across seeds"' in html
+    assert f"Across construction seeds 42, {EXTRA}: each number of table1_hwsa" in html
