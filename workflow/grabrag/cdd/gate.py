@@ -6,7 +6,7 @@ A contradiction gate routes high-conflict questions into the full decomposition 
 others to Standard RAG (GRAB-RAG's P1 row). It compares the step-1 (contextual) answer
 with the step-2 (parametric) answer (:func:`gate_route`):
 
-* ``gate="model"`` (the paper's gate, a contradiction judgement; ``config/paper.yaml``):
+* ``gate="model"`` (the paper's gate, a contradiction judgement; ``config/extended.yaml``):
   one grammar-constrained call asks "do these two answers contradict?"
   (:func:`gate_messages`, {"contradict": true|false}). Only a pair that cannot contradict
   is decided without it: an empty answer (no second claim) or two answers equal after

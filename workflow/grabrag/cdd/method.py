@@ -11,7 +11,7 @@ CDD turns a knowledge conflict between the retrieved passages and the model's ow
    is empty when the passages do not answer.
 2. ``parametric``  - the answer from the model's own knowledge: {"answer", "confidence"}.
    The paper asks it after the passages were shown ("ignoring the passages",
-   ``parametric="in_context"``, one more call; the default of ``config/paper.yaml``). Our
+   ``parametric="in_context"``, one more call; as ``config/extended.yaml`` sets it). Our
    variant ``parametric="closed_book"`` reads GRAB-RAG's closed-book (CB) pass, already
    generated (:func:`grabrag.cdd.parsing.parametric_from_closed_book`, no new call): the
    paper's limitations note that the in-context answer is a context-prompted prior, and

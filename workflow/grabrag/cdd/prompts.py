@@ -41,8 +41,9 @@ STEP_INSTRUCTIONS: dict[str, str] = {
         "passages do not contain the answer, leave the answer empty. Give your confidence "
         "(0-100) that the passages state this answer."
     ),
-    # The paper's in-context elicitation (parametric="in_context", config/paper.yaml); the
-    # embedded default reads the closed-book pass instead (parametric_from_closed_book).
+    # The paper's in-context elicitation (parametric="in_context", as config/extended.yaml
+    # sets it); the embedded default reads the closed-book pass instead
+    # (parametric_from_closed_book).
     PARAMETRIC: (
         "Task: parametric answer. Ignore the passages above. What would you answer from "
         "your own knowledge alone, as if you had not seen them? If you do not know, leave "
