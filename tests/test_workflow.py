@@ -218,10 +218,13 @@ def test_extended_config_plans_every_extension(tmp_path: Path) -> None:
     proc = snakemake(tmp_path, "-n", configfile=REPO / "config/extended.yaml")
     jobs = planned_jobs(proc.stdout)
     assert EXTENSION_RULES <= set(jobs), jobs
-    # 3 models x 2 datasets x 5 conditions, the seed variant's Q0 + QC, and the TruthfulQA
-    # probe's two conditions per model, on which every one of the 13 policies runs
-    assert jobs["generate_context_prompts"] == 3 * 2 * 5 + 2 + 3 * 2
-    assert jobs["policy"] == 13 * 3 * 2 * 5 + 5 * 2 + 13 * 3 * 2
+    # 3 models x 2 datasets x 5 conditions for each of EvidentialRAG's 3 construction
+    # seeds, the seed variant's Q0 + QC, and the TruthfulQA probe's two conditions per
+    # model (one draw), on which every one of the 13 policies runs
+    assert jobs["generate_context_prompts"] == 3 * 3 * 2 * 5 + 2 + 3 * 2
+    assert jobs["policy"] == 13 * 3 * 3 * 2 * 5 + 5 * 2 + 13 * 3 * 2
+    assert jobs["across_seeds_table"] == 14 and jobs["seed_table"] == 2 * 14
+    assert "results/tables/across_seeds/evid_results.csv" in proc.stdout
     assert jobs["truthfulqa_questions"] == jobs["truthfulqa_contexts"] == 1
     assert "results/tables/truthfulqa_probe.csv" in proc.stdout
     for table in ("hwsa_conditions", "table11b_ece15", "evid_results", "cdd_results"):
@@ -290,7 +293,8 @@ def test_killed_generation_job_resumes_and_matches_an_uninterrupted_run(
     finished_calls = 0
     while time.monotonic() < deadline and job.poll() is None:
         if checkpoint.exists():
-            finished_calls = len(checkpoint.read_text().splitlines())
+            # its first line records the settings the rows are made under
+            finished_calls = len(checkpoint.read_text().splitlines()) - 1
             if finished_calls >= 3:  # question 0 done, question 1 in flight
                 break
         time.sleep(0.02)
@@ -301,7 +305,7 @@ def test_killed_generation_job_resumes_and_matches_an_uninterrupted_run(
     # group (a question's prompts stay together), which reaches the checkpoint whole or is
     # redone whole.
     kept = [
-        line for line in checkpoint.read_text().splitlines(keepends=True) if line.endswith("\n")
+        line for line in checkpoint.read_text().splitlines(keepends=True)[1:] if line.endswith("\n")
     ]
     assert 3 <= len(kept) < 6
     assert not (cell_dir / "P2.jsonl").exists()
