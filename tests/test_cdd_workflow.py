@@ -295,7 +295,8 @@ def test_killed_cdd_job_resumes_and_matches_an_uninterrupted_run(
     os.killpg(job.pid, signal.SIGKILL)
     job.wait()
     assert not traces.exists()
-    assert not checkpoint.exists() or checkpoint.read_text() == ""
+    # nothing finished: at most the line that records the settings
+    assert not checkpoint.exists() or len(checkpoint.read_text().splitlines()) <= 1
     snakemake(tmp_path, "--unlock", target)
     snakemake(tmp_path, target)
     log = log_path.read_text()

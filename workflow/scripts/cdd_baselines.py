@@ -9,7 +9,7 @@ import _job_gpu  # noqa: F401  (claims this job's GPU before any CUDA library lo
 import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_FIRST)
 
 from grabrag.cdd.baselines import baseline_messages, grammar_for_messages
-from grabrag.core.io import read_jsonl, write_jsonl
+from grabrag.core.io import job_settings, read_jsonl, stamp_checkpoint, write_jsonl
 from grabrag.core.progress import Progress
 from grabrag.core.runner import log, run_rule
 from grabrag.data.assets import resolve_given
@@ -36,6 +36,7 @@ def main(smk):
         for name in names
     )
     checkpoint = Path(smk.params.checkpoint)
+    stamp_checkpoint(checkpoint, job_settings(smk.params.items(), smk.input), log.warning)
     progress = Progress(total=len(rows) * len(names), log=log.info)
 
     def complete(messages):

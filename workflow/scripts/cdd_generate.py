@@ -11,7 +11,7 @@ import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_F
 
 from grabrag.cdd.runs import preflight_calls, run_traces
 from grabrag.cdd.schema import CLOSED_BOOK_PRIOR
-from grabrag.core.io import read_jsonl, write_jsonl
+from grabrag.core.io import job_settings, read_jsonl, stamp_checkpoint, write_jsonl
 from grabrag.core.runner import log, run_rule
 from grabrag.data.assets import resolve_given
 from grabrag.generation.generator import open_generator, settings_from
@@ -42,6 +42,7 @@ def main(smk):
         ).encode()
     ).hexdigest()[:16]
     checkpoint = Path(smk.params.checkpoint)
+    stamp_checkpoint(checkpoint, job_settings(smk.params.items(), smk.input), log.warning)
     log.info(
         "%d questions, parametric=%s, diagnostics=%s, gate=%s, step_max_tokens=%d",
         len(rows),

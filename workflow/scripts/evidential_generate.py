@@ -8,7 +8,7 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 import _job_gpu  # noqa: F401  (claims this job's GPU before any CUDA library loads)
 import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_FIRST)
 
-from grabrag.core.io import read_jsonl, write_json, write_jsonl
+from grabrag.core.io import job_settings, read_jsonl, stamp_checkpoint, write_json, write_jsonl
 from grabrag.core.progress import Progress
 from grabrag.core.runner import log, run_rule
 from grabrag.data.assets import resolve_given
@@ -38,6 +38,7 @@ def main(smk):
     )
     generator.preflight(generation_preflight(rows, evaluations, cb, variants, fusion))
     checkpoint = Path(smk.params.checkpoint)
+    stamp_checkpoint(checkpoint, job_settings(smk.params.items(), smk.input), log.warning)
     progress = Progress(total=len(rows) * len(variants), log=log.info)
     out = run_generation(
         generator.complete,

@@ -7,10 +7,11 @@ so a killed job never leaves a half-written output that looks finished.
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -101,13 +102,107 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         raise DataError(f"{path}: not valid JSON at line {exc.lineno} ({exc.msg})") from None
 
 
+SETTINGS = "_checkpoint_settings"
+"""The key of a checkpoint's first line: the settings its rows were made under."""
+
+
+def file_digest(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a file's bytes ("missing" for no file, "folder" for a folder)."""
+    path = Path(path)
+    if path.is_dir():
+        return "folder"
+    if not path.is_file():
+        return "missing"
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def job_settings(
+    params: Iterable[tuple[str, Any]], inputs: Iterable[str | os.PathLike[str]]
+) -> dict[str, Any]:
+    """Everything a model job's rows depend on, for its checkpoint: its params (the model
+    entry with its batch, every decoding setting, the code hash that covers the prompts
+    and grammars, the stage's own settings) and the sha256 of each input file (the
+    context rows; a model's asset manifest, which pins the weights' sha256)."""
+    settings = json.loads(json.dumps(dict(params), sort_keys=True, default=str))
+    return {"params": settings, "inputs": {str(p): file_digest(p) for p in inputs}}
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flat(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: value}
+
+
+def settings_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """What differs between two :func:`job_settings`, as "key: old -> new" lines (an input
+    file by its path only: its bytes changed)."""
+    old, new = _flat(dict(before)), _flat(dict(after))
+    changes = []
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            if key.startswith("inputs."):
+                changes.append(f"{key[len('inputs.') :]} changed")
+            else:
+                changes.append(f"{key[len('params.') :]}: {old.get(key)!r} -> {new.get(key)!r}")
+    return changes
+
+
+def stamp_checkpoint(
+    path: str | os.PathLike[str],
+    settings: Mapping[str, Any],
+    log: Callable[[str], None] | None = None,
+) -> int:
+    """Make ``path`` a checkpoint of rows made under ``settings`` before a job resumes
+    from it: when it holds rows made under other settings (or by a version that recorded
+    none), they are dropped, with a log line saying how many and what changed, since
+    Snakemake records the job's output as made under the new settings and no later run
+    would repair a kept row. Returns the number of rows dropped."""
+    path = Path(path)
+    header = json.dumps({SETTINGS: settings}, sort_keys=True) + "\n"
+    lines: list[str] = []
+    if path.exists():
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    recorded = None
+    if lines:
+        try:
+            first = json.loads(lines[0])
+        except json.JSONDecodeError:
+            first = None
+        if isinstance(first, dict) and SETTINGS in first:
+            recorded = first[SETTINGS]
+            lines = lines[1:]
+    dropped = 0
+    if recorded != dict(settings):
+        dropped = sum(1 for line in lines if line.endswith("\n"))
+        if dropped and log:
+            why = (
+                "; ".join(settings_changes(recorded, settings)[:6])
+                if recorded is not None
+                else "it records no settings (an older version wrote it)"
+            )
+            log(f"{path}: {dropped} rows made under other settings dropped and redone ({why})")
+        lines = []
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".tmp")
+    partial.write_text(header + "".join(lines), encoding="utf-8")
+    os.replace(partial, path)
+    return dropped
+
+
 def read_checkpoint_rows(
     path: str | os.PathLike[str],
     key: Sequence[str] = ("qid",),
     keep: Callable[[dict[str, Any]], bool] | None = None,
 ) -> dict[tuple[Any, ...], dict[str, Any]]:
     """Finished rows of a job's checkpoint, keyed by the ``key`` columns, and the file
-    rewritten with only those rows.
+    rewritten with only those rows (and its settings line, :func:`stamp_checkpoint`).
 
     Reading stops at a torn line (a job killed mid-write: not JSON, or no final newline),
     so the rows from there on are redone; rows ``keep`` rejects (e.g. written under other
@@ -127,6 +222,9 @@ def read_checkpoint_rows(
                 break
             if not line.endswith("\n"):
                 break
+            if SETTINGS in row:
+                kept.append(line)
+                continue
             if keep is not None and not keep(row):
                 continue
             done[tuple(row[k] for k in key)] = row
