@@ -126,6 +126,14 @@ def test_validation_does_not_modify_its_input(embedded: dict) -> None:
         (lambda c: c.update(seeds=[123, 999]), "does not list 'seed' (42)"),
         (lambda c: c.update(seeds=[42, "x"]), "config key 'seeds.1'"),
         (lambda c: c.update(seeds=[42, 43]), "config key 'seed_sensitivity.seed' is 43"),
+        (
+            lambda c: (
+                c["models"]["smollm2-135m"].update(batch=4),
+                c.update(generation={"temperature": 0.7}),
+            ),
+            "config key 'models.smollm2-135m.batch' is 4, but 'generation.temperature' is 0.7",
+        ),
+        (lambda c: c["models"]["smollm2-135m"].update(batch="two"), "models.smollm2-135m.batch"),
         (lambda c: c.update(evidential={"evaluator": "nope"}), "evidential.evaluator"),
         (lambda c: c.update(evidential={"tau1": 0.7, "tau2": 0.5}), "evidential.tau1"),
         (lambda c: c.update(evidential={"lam": 1.5}), "evidential.lam"),
@@ -142,6 +150,10 @@ def test_validation_does_not_modify_its_input(embedded: dict) -> None:
             "generation.conditions",
         ),
         (lambda c: c["qc"].update(audit_filled={"nope": "a.csv"}), "qc.audit_filled"),
+        (
+            lambda c: c["qc"].update(audit_filled={"squad": "/no/such/audit.csv"}),
+            "config key 'qc.audit_filled.squad': no file at /no/such/audit.csv",
+        ),
         (lambda c: c["models"]["smollm2-135m"].pop("asset"), "models.smollm2-135m: give either"),
         (
             lambda c: c["models"]["smollm2-135m"].update(
@@ -297,3 +309,15 @@ def test_seeds_default_to_the_seed_alone_and_take_command_line_strings(embedded:
     # --config 'seeds=[7,123]' reaches the config as strings
     embedded["seeds"] = ["7", "123"]
     assert validate_config(embedded)["seeds"] == [7, 123]
+
+
+def test_nested_command_line_values_are_typed_as_the_schema_wants(embedded: dict) -> None:
+    """Snakemake leaves every nested value of --config a string:
+    --config 'models={smollm2-135m: {batch: 2, allow_cpu: true}}' gives '2' and 'true'."""
+    embedded["models"]["smollm2-135m"].update(batch="2", allow_cpu="true")
+    embedded["generation"] = {"max_tokens": "64", "temperature": "0.0"}
+    checked = validate_config(embedded)
+    assert checked["models"]["smollm2-135m"]["batch"] == 2
+    assert checked["models"]["smollm2-135m"]["allow_cpu"] is True
+    assert checked["generation"]["max_tokens"] == 64
+    assert checked["generation"]["temperature"] == 0.0

@@ -37,6 +37,7 @@ from grabrag.data.datasets import (
     build_dataset,
     dataset_gold_texts,
     exclusion_reason,
+    read_dataset,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
@@ -961,3 +962,15 @@ def test_dataset_gold_texts_cover_the_whole_split_not_only_the_sample() -> None:
     assert dataset_gold_texts(output) == ["Paris text.", "Yes-no gold text.", "Lyon."]
     questions, _, _ = build_dataset(output, n_questions=1, seed=0)
     assert len(questions) == 1  # the sample is smaller than the pool's source
+
+
+def test_an_empty_dataset_file_names_the_dataset_and_the_file(tmp_path: Path) -> None:
+    empty = tmp_path / "dev-v1.1.json"
+    empty.write_text("")
+    with pytest.raises(DataError, match=f"dataset squad: its file {empty} is empty"):
+        read_dataset("squad", "squad_v1", empty)
+    # a file the adapter reads but that holds no question
+    rows = tmp_path / "questions.jsonl"
+    rows.write_text("\n")
+    with pytest.raises(DataError, match="dataset mine: the jsonl adapter found no question"):
+        read_dataset("mine", "jsonl", rows)

@@ -222,10 +222,14 @@ def test_missing_corrupt_model_and_unknown_chat_format(tmp_path: Path, model_pat
     corrupt.write_bytes(b"<html>not a model</html>")
     with pytest.raises(GenerationError, match="not a GGUF file"):
         LlamaGenerator(corrupt, settings, n_threads=1)
-    truncated = tmp_path / "truncated.gguf"
-    truncated.write_bytes(model_path.read_bytes()[:1_000_000])
-    with pytest.raises(GenerationError, match="could not load"):
-        LlamaGenerator(truncated, settings, n_threads=1)
+    # cut short in the header and in the weights: llama.cpp's own reason, named truncated
+    for kept in (1_000_000, model_path.stat().st_size - 1_000_000):
+        truncated = tmp_path / "files" / "truncated.gguf"
+        truncated.parent.mkdir(exist_ok=True)
+        truncated.write_bytes(model_path.read_bytes()[:kept])
+        with pytest.raises(GenerationError, match="is truncated") as error:
+            LlamaGenerator(truncated, settings, n_threads=1)
+        assert f"Delete {tmp_path} and run snakemake again to fetch it" in str(error.value)
     with pytest.raises(GenerationError, match="unknown chat format 'chatgpt-9'"):
         LlamaGenerator(model_path, settings, n_threads=1, chat_format="chatgpt-9")
 
@@ -308,3 +312,28 @@ def test_model_scripts_import_llama_cpp_before_numpy_and_torch() -> None:
         first = next(i for i, line in enumerate(imports) if line.startswith("import llama_cpp"))
         earlier = [line for line in imports[:first] if "_grabrag_path" not in line]
         assert not [line for line in earlier if any(m in line for m in BEFORE_LLAMA)], name
+
+
+def test_device_line_names_the_cpu_or_the_claimed_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from grabrag.generation.generator import device_line
+
+    assert device_line(0, True, 2) == "on the CPU (n_gpu_layers: 0), 2 threads"
+    assert device_line(-1, False, 4) == (
+        "on the CPU (this llama.cpp build has no GPU backend), 4 threads"
+    )
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert device_line(-1, True, 4) == "on GPU 1: all layers offloaded, 4 CPU threads"
+    assert device_line(20, True, 4) == "on GPU 1: 20 layers offloaded, 4 CPU threads"
+
+
+@pytest.mark.integration
+def test_each_model_job_logs_the_device_it_runs_on(tiny_run: Path) -> None:
+    logs = tiny_run / "results/logs"
+    for log in (
+        "generate/micro/nq_bigbench/Q100.log",
+        "generate/micro/nq_bigbench/Qclosed.log",
+        "evidential_evaluate/micro/nq_bigbench/Q100.log",
+        "cdd_generate/micro/nq_bigbench/Q100.log",
+    ):
+        text = (logs / log).read_text()
+        assert "model micro-smollm2.gguf on the CPU (n_gpu_layers: 0)" in text, log

@@ -402,3 +402,19 @@ def test_gliner_without_its_backbone_tokenizer_names_the_asset_and_the_fix(offli
     message = offline_run["tokenizer_without_config"]
     assert message is not None
     assert "'bare-tok'" in message and "config.json" in message and "'gliner-tiny'" in message
+
+
+def test_an_offline_hub_fetch_leaves_no_partial_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real hub client, offline, writes its bookkeeping (CACHEDIR.TAG, a lock) and
+    fails: nothing was downloaded, so nothing is kept to resume."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    home = tmp_path / "res" / "a"
+    spec = {"hub": "org/absent", "revision": "7" * 40, "filename": "a.gguf"}
+    with pytest.raises(AssetError, match="could not fetch 'org/absent'"):
+        materialise("a", spec, home / MANIFEST)
+    assert not (home / assets.PARTIAL).exists()
+    assert [p.name for p in home.iterdir()] == []

@@ -85,7 +85,12 @@ def test_config_accepts_a_module_policy_only_with_its_module(clean_registry: Non
     # A built-in policy's settings come from its own config keys.
     assert registry.policy("P3").config_settings(checked) == {"cutoff": 50, "threshold": 0.8}
     config["policies"]["modules"] = [str(TERSE_MODULE.with_name("absent.py"))]
-    with pytest.raises(ConfigError, match="no policy module at"):
+    with pytest.raises(ConfigError, match="config key 'policies.modules': no module at"):
+        validate_config(config)
+    # under the top-level key, the error names that key
+    del config["policies"]["modules"]
+    config["modules"] = ["absent_module.py"]
+    with pytest.raises(ConfigError, match="config key 'modules': no module at absent_module.py"):
         validate_config(config)
 
 

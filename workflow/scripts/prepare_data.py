@@ -5,13 +5,13 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 from grabrag.core.io import write_json, write_jsonl
 from grabrag.core.runner import log, run_rule
 from grabrag.data.assets import resolve
-from grabrag.data.datasets import ADAPTERS, build_dataset
+from grabrag.data.datasets import build_dataset, read_dataset
 
 
 def main(smk):
     spec = smk.params.dataset
     source = resolve(smk.input.source)
-    output = ADAPTERS[spec["adapter"]](source)
+    output = read_dataset(smk.wildcards.dataset, spec["adapter"], source)
     questions, corpus, report = build_dataset(
         output,
         n_questions=spec["n_questions"],

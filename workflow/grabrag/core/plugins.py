@@ -33,9 +33,17 @@ def config_modules(config: Mapping[str, Any]) -> list[str]:
     return [m for m in listed if isinstance(m, str)]
 
 
-def load_modules(specs: Iterable[str]) -> None:
+def _module_key(config: Mapping[str, Any] | None, spec: str) -> str:
+    """The config key that lists a module: 'modules', or the older 'policies.modules'."""
+    if config is not None and spec in (config.get("modules") or []):
+        return "modules"
+    return "policies.modules"
+
+
+def load_modules(specs: Iterable[str], config: Mapping[str, Any] | None = None) -> None:
     """Import each policy module once: a ``.py`` path (relative to the working directory)
-    or an importable module name. Importing it registers its policies."""
+    or an importable module name. Importing it registers its policies. ``config``: the
+    config that lists them, so that an error names the key it lists a module under."""
     for spec in specs:
         key = str(Path(spec).resolve()) if spec.endswith(".py") else spec
         if key in _LOADED:
@@ -43,7 +51,11 @@ def load_modules(specs: Iterable[str]) -> None:
         if spec.endswith(".py"):
             path = Path(key)
             if not path.is_file():
-                raise ConfigError(f"config key 'policies.modules': no policy module at {spec}")
+                raise ConfigError(
+                    f"config key '{_module_key(config, spec)}': no module at {spec} "
+                    f"(looked for {path}; a relative path is read from the directory "
+                    "snakemake runs in)"
+                )
             name = "grabrag_policy_" + hashlib.sha256(key.encode()).hexdigest()[:12]
             # Its own folder first on the path, so it can import the helper modules beside it.
             if str(path.parent) not in sys.path:
@@ -56,6 +68,6 @@ def load_modules(specs: Iterable[str]) -> None:
                 importlib.import_module(spec)
             except ModuleNotFoundError as error:
                 raise ConfigError(
-                    f"config key 'policies.modules': cannot import {spec} ({error})"
+                    f"config key '{_module_key(config, spec)}': cannot import {spec} ({error})"
                 ) from None
         _LOADED.add(key)

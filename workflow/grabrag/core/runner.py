@@ -55,7 +55,7 @@ def run_rule(smk: Any, main: Callable[[Any], None]) -> None:
         log.info(devices.CLAIM.describe())
     started = time.perf_counter()
     try:
-        load_modules(config_modules(smk.config))
+        load_modules(config_modules(smk.config), smk.config)
         main(smk)
     except GrabragError as error:
         log.error("rule %s failed: %s", smk.rule, error)

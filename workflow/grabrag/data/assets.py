@@ -165,11 +165,14 @@ def _work_dir(name: str, home: Path, spec: Mapping[str, Any], resumable: bool) -
 
 def _holds_download(work: Path) -> bool:
     """Whether a dead fetch's folder holds downloaded bytes (a file, or a hub client's
-    ``.incomplete`` part), not just our marker and the client's empty bookkeeping."""
-    return any(
-        path.is_file()
-        and path.stat().st_size > 0
-        and path.name not in (_PARTIAL_SPEC, ".gitignore")
-        and not path.name.endswith(".lock")
-        for path in work.rglob("*")
-    )
+    ``.incomplete`` part), not just our marker and the client's bookkeeping (its
+    ``.cache/huggingface`` folder: CACHEDIR.TAG, .gitignore, locks and metadata, which
+    an offline attempt writes before it fails)."""
+    for path in work.rglob("*"):
+        if not path.is_file() or path.stat().st_size == 0 or path.name == _PARTIAL_SPEC:
+            continue
+        if path.name.endswith(".incomplete"):
+            return True
+        if ".cache" not in path.relative_to(work).parts:
+            return True
+    return False

@@ -300,6 +300,24 @@ ADAPTERS: dict[str, Callable[[Path], AdapterOutput]] = {
 # --- filters, sampling, corpus ------------------------------------------------------------
 
 
+def read_dataset(name: str, adapter: str, path: Path) -> AdapterOutput:
+    """The adapter's reading of one dataset's file, which must hold questions: an empty
+    file or one with no question is an error naming the dataset and the file, not an
+    empty benchmark later on."""
+    if path.is_file() and path.stat().st_size == 0:
+        raise DataError(
+            f"dataset {name}: its file {path} is empty; if the workflow fetched it, delete "
+            "its asset folder under resources/ and run snakemake again, else fix the file"
+        )
+    output = ADAPTERS[adapter](path)
+    if not output.examples:
+        raise DataError(
+            f"dataset {name}: the {adapter} adapter found no question in {path} "
+            f"({len(output.malformed)} malformed rows); is it the right file for this adapter?"
+        )
+    return output
+
+
 def _is_yes_no(answer: str) -> bool:
     return answer.lower().strip(" .") in YES_NO
 

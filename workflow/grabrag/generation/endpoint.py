@@ -183,6 +183,14 @@ class EndpointGenerator:
                 self.concurrency, self.complete_many, GBNF_GRAMMAR, settings.max_tokens
             )
         self.calls = 0
+        log.info(
+            "model %s served by %s as %s (constraint %s, concurrency %d): no device in this job",
+            name,
+            self.host,
+            self.model,
+            self.dialect,
+            self.concurrency,
+        )
         self.cache_hits = 0
         if check:
             self.check_model()

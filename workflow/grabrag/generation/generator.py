@@ -10,8 +10,13 @@ run computes exactly what an uninterrupted one does.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
+import os
+import re
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -79,6 +84,63 @@ def check_gpu_offload(n_gpu_layers: int, allow_cpu: bool, supports_gpu: bool) ->
         f"{CUDA_BUILD}; or set n_gpu_layers: 0 (or allow_cpu: true) for this model to run "
         "on the CPU on purpose"
     )
+
+
+def device_line(n_gpu_layers: int, supports_gpu: bool, n_threads: int) -> str:
+    """Where a loaded model runs, for the job's log: the CPU, or the GPU(s) this job
+    claimed (CUDA_VISIBLE_DEVICES, grabrag.core.devices) with the layers offloaded."""
+    if n_gpu_layers != 0 and supports_gpu:
+        devices = os.environ.get("CUDA_VISIBLE_DEVICES") or "every visible GPU"
+        layers = "all layers" if n_gpu_layers < 0 else f"{n_gpu_layers} layers"
+        return f"on GPU {devices}: {layers} offloaded, {n_threads} CPU threads"
+    why = "n_gpu_layers: 0" if n_gpu_layers == 0 else "this llama.cpp build has no GPU backend"
+    return f"on the CPU ({why}), {n_threads} threads"
+
+
+def _llama_cpp_reason(model_path: Path, n_gpu_layers: int) -> str:
+    """llama.cpp's own reason for refusing a model file: the load again, verbose, with
+    its C-level stderr captured (llama-cpp-python only raises "Failed to load")."""
+    import llama_cpp
+
+    # llama-cpp-python's log callback writes to sys.stderr, llama.cpp's own C code to fd 2
+    said = io.StringIO()
+    with tempfile.TemporaryFile() as captured, contextlib.redirect_stderr(said):
+        saved = os.dup(2)
+        os.dup2(captured.fileno(), 2)
+        try:
+            llama_cpp.Llama(model_path=str(model_path), n_gpu_layers=n_gpu_layers, verbose=True)
+        except (ValueError, RuntimeError):
+            pass
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        text = said.getvalue() + captured.read().decode("utf-8", "replace")
+    # the first specific line: "... data is not within the file bounds, model is corrupted
+    # or incomplete", "failed to read key-value pairs"; then the general "error loading"
+    found = re.findall(r"(?:failed to read [^\n]+|not within the file bounds[^\n]*)", text)
+    found += re.findall(r"error loading model: (.+)", text)
+    return found[0].strip() if found else ""
+
+
+def load_failure(model_path: Path, n_gpu_layers: int, error: Exception) -> str:
+    """What to tell a user whose model file llama.cpp refused, and what to do: a file cut
+    short (a download or copy interrupted) is named truncated, with how to fetch it again."""
+    reason = _llama_cpp_reason(model_path, n_gpu_layers)
+    size = model_path.stat().st_size
+    if any(sign in reason for sign in ("file bounds", "incomplete", "failed to read")):
+        if model_path.parent.name == "files":  # an asset the workflow fetched
+            again = (
+                f"Delete {model_path.parent.parent} and run snakemake again to fetch it "
+                "(a pinned sha256 is checked when it arrives)"
+            )
+        else:
+            again = "Copy it again from where it came from (its asset is a local path)"
+        return (
+            f"model file {model_path} is truncated ({size:,} bytes; llama.cpp: {reason}): a "
+            f"download or copy was cut short. {again}"
+        )
+    return f"llama.cpp could not load {model_path} ({size:,} bytes): {reason or error}"
 
 
 @dataclass
@@ -180,9 +242,8 @@ class LlamaGenerator:
         import llama_cpp
         from llama_cpp import llama_chat_format
 
-        warning = check_gpu_offload(
-            n_gpu_layers, allow_cpu, bool(llama_cpp.llama_supports_gpu_offload())
-        )
+        supports_gpu = bool(llama_cpp.llama_supports_gpu_offload())
+        warning = check_gpu_offload(n_gpu_layers, allow_cpu, supports_gpu)
         if warning:
             logging.getLogger("grabrag").warning("%s", warning)
         self.settings = settings
@@ -221,7 +282,10 @@ class LlamaGenerator:
                 verbose=False,
             )
         except (ValueError, RuntimeError) as error:
-            raise GenerationError(f"llama.cpp could not load {model_path}: {error}") from None
+            raise GenerationError(load_failure(model_path, n_gpu_layers, error)) from None
+        logging.getLogger("grabrag").info(
+            "model %s %s", model_path.name, device_line(n_gpu_layers, supports_gpu, n_threads)
+        )
         # Greedy + grammar without filtering the whole vocabulary at every token (same
         # tokens; see grabrag.generation.greedy_grammar).
         install_argmax_first_grammar(self.llm)

@@ -6,6 +6,7 @@ import copy
 import re
 from collections.abc import Mapping
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -86,7 +87,7 @@ def _check_hub_revisions(checked: Mapping[str, Any]) -> None:
 def _check_schema(checked: dict[str, Any]) -> None:
     """Validate against the schema, filling in its defaults; the config's modules are
     loaded first, so that their policies are names 'policies.names' may use."""
-    registry.load_modules(config_modules(checked))
+    registry.load_modules(config_modules(checked), checked)
     errors = sorted(_Validator(load_schema()).iter_errors(checked), key=lambda e: e.path)
     if errors:
         best = jsonschema.exceptions.best_match(errors)
@@ -125,6 +126,13 @@ def _check_models_and_retrieval(checked: Mapping[str, Any]) -> None:
             )
         if "asset" in spec:
             _need_asset(assets, f"models.{model}.asset", spec["asset"])
+        temperature = checked["generation"]["temperature"]
+        if spec.get("batch", 1) > 1 and temperature != 0:
+            raise ConfigError(
+                f"config key 'models.{model}.batch' is {spec['batch']}, but "
+                f"'generation.temperature' is {temperature:g}: batched decoding is greedy; "
+                "set the model's batch to 1 to sample, or the temperature to 0"
+            )
     for dataset, spec in checked["datasets"].items():
         _need_asset(assets, f"datasets.{dataset}.asset", spec["asset"])
     _need_asset(assets, "retrieval.encoder", checked["retrieval"]["encoder"])
@@ -177,6 +185,13 @@ def _check_dataset_references(checked: Mapping[str, Any]) -> None:
             "config key 'qc.audit_filled' is set but 'generation.conditions' has no QC: "
             "Table 6 recomputes HwSA@QC, so add QC or empty qc.audit_filled"
         )
+    for name, path in checked["qc"]["audit_filled"].items():
+        if not Path(path).is_file():
+            raise ConfigError(
+                f"config key 'qc.audit_filled.{name}': no file at {path} (a relative path is "
+                "read from the directory snakemake runs in); fill in the quality column of "
+                f"results/qc/{name}/audit_sample.csv, save it, and name that file here"
+            )
 
 
 def _check_seed_sensitivity(checked: Mapping[str, Any]) -> None:
@@ -196,14 +211,45 @@ def _check_seed_sensitivity(checked: Mapping[str, Any]) -> None:
             )
 
 
-def _seeds_from_command_line(checked: dict[str, Any]) -> None:
-    """``--config 'seeds=[42,123]'`` reaches the config as strings ('42', '123'):
-    Snakemake parses a list on the command line without typing its items."""
-    seeds = checked.get("seeds")
-    if isinstance(seeds, list):
-        checked["seeds"] = [
-            int(s) if isinstance(s, str) and re.fullmatch(r"-?\d+", s.strip()) else s for s in seeds
-        ]
+def _typed(text: str, types: list[str]) -> Any:
+    """A command-line string as the first of the schema's ``types`` it reads as, else
+    itself: Snakemake types a ``--config`` value's top level but leaves every item of a
+    list or mapping a string ('models={m: {batch: 2}}' gives batch '2')."""
+    word = text.strip()
+    for kind in types:
+        if kind == "integer" and re.fullmatch(r"[-+]?\d+", word):
+            return int(word)
+        if kind == "number" and re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", word):
+            return int(word) if re.fullmatch(r"[-+]?\d+", word) else float(word)
+        if kind == "boolean" and word.lower() in ("true", "false"):
+            return word.lower() == "true"
+        if kind == "null" and word.lower() in ("null", "none", "~"):
+            return None
+    return text
+
+
+def _type_command_line_strings(checked: dict[str, Any]) -> None:
+    """Each string the schema wants as a number, boolean or null, and that reads as one,
+    becomes one (the nested values of ``--config``); anything else is left for the schema
+    to name."""
+    validator = _Validator(load_schema())
+    while True:  # each pass types at least one value, or stops
+        typed = False
+        for error in validator.iter_errors(copy.deepcopy(checked)):
+            if error.validator != "type" or not isinstance(error.instance, str):
+                continue
+            kinds = error.validator_value
+            value = _typed(error.instance, [kinds] if isinstance(kinds, str) else list(kinds))
+            if value is error.instance or not error.absolute_path:
+                continue
+            *parents, last = error.absolute_path
+            target: Any = checked
+            for part in parents:
+                target = target[part]
+            target[last] = value
+            typed = True
+        if not typed:
+            return
 
 
 def _check_seeds(checked: dict[str, Any]) -> None:
@@ -315,7 +361,7 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
     checked = copy.deepcopy(dict(config))
     _check_hub_revisions(checked)
     _expand_truthfulqa_probe(checked)
-    _seeds_from_command_line(checked)
+    _type_command_line_strings(checked)
     _check_schema(checked)
     _check_asset_files(checked["assets"])
     _check_models_and_retrieval(checked)

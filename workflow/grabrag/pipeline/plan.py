@@ -46,7 +46,7 @@ def used_assets(config: Mapping[str, Any]) -> list[str]:
 
 def _scoped(config: Mapping[str, Any], section: str) -> tuple[list[str], list[str]]:
     """(the configured policies a method section scopes, the datasets it runs on)."""
-    load_modules(config_modules(config))
+    load_modules(config_modules(config), config)
     policies = [p for p in config["policies"]["names"] if registry.policy(p).scope == section]
     chosen = config[section].get("datasets")
     datasets = [d for d in config["datasets"] if chosen is None or d in chosen]
