@@ -775,6 +775,26 @@ def table_caption(wildcards):
     return render_caption(caption_template("tables", wildcards.table), config)
 
 
+# The context settings each condition's rows read: editing one rebuilds only the
+# conditions that read it (the tokenizer is an input of every context job).
+CONTEXT_KEYS = {
+    "Q100": ("n_passages", "max_context_tokens"),
+    "Q50": ("n_passages", "n_gold_q50", "max_context_tokens"),
+    "Q0": ("n_passages", "max_context_tokens"),
+    # no passage, but the same questions: a question short of hard negatives is dropped
+    # from every condition
+    CLOSED_BOOK: ("n_passages",),
+    "QC": ("n_passages", "max_context_tokens"),
+    "QX": ("n_passages", "max_context_tokens"),
+}
+
+
+def context_settings(condition):
+    """The `contexts` keys one condition's rows read, as a param (None: every key)."""
+    keys = CONTEXT_KEYS[condition] if condition else config["contexts"]
+    return stable({key: config["contexts"][key] for key in keys})
+
+
 def tokenizer_asset():
     return config["contexts"]["tokenizer"] or config["retrieval"]["encoder"]
 

@@ -1,4 +1,7 @@
 # Stage 3: the paired context conditions Q100, Q50, Q0 and Qclosed.
+# One job per condition, each with only the context settings that condition reads, so
+# that editing one (contexts.n_gold_q50, say) rebuilds only the conditions it changes
+# and reruns only their cells.
 
 
 rule build_contexts:
@@ -8,19 +11,41 @@ rule build_contexts:
         ranking=base_file("retrieval", "hard_negatives.jsonl"),
         tokenizer=asset_manifest(tokenizer_asset()),
     output:
-        **{
-            condition: f"results/contexts/{{dataset}}/{condition}.jsonl"
-            for condition in PAIRED_CONDITIONS
-        },
+        rows="results/contexts/{dataset}/{condition}.jsonl",
+    log:
+        "results/logs/build_contexts/{dataset}/{condition}.log",
+    wildcard_constraints:
+        dataset=BUILT_DATASETS,
+        condition=_alternatives(PAIRED_CONDITIONS),
+    conda:
+        GRABRAG_ENV
+    params:
+        contexts=lambda wildcards: context_settings(wildcards.condition),
+        seed=construction_seed,
+        tokenizer=tokenizer_asset(),
+        code=script_code("build_contexts.py"),
+    script:
+        "../workflow/scripts/build_contexts.py"
+
+
+# The paired conditions' report (questions kept and dropped, truncations per condition):
+# every context setting, read by nothing downstream.
+rule contexts_report:
+    input:
+        questions=base_file("data", "questions.jsonl"),
+        corpus=base_file("data", "corpus.jsonl"),
+        ranking=base_file("retrieval", "hard_negatives.jsonl"),
+        tokenizer=asset_manifest(tokenizer_asset()),
+    output:
         report="results/contexts/{dataset}/report.json",
     log:
-        "results/logs/build_contexts/{dataset}.log",
+        "results/logs/contexts_report/{dataset}.log",
     wildcard_constraints:
         dataset=BUILT_DATASETS,
     conda:
         GRABRAG_ENV
     params:
-        contexts=stable(config["contexts"]),
+        contexts=lambda wildcards: context_settings(None),
         seed=construction_seed,
         tokenizer=tokenizer_asset(),
         code=script_code("build_contexts.py"),

@@ -69,7 +69,7 @@ rule qc_contexts:
     conda:
         GRABRAG_ENV
     params:
-        contexts=stable(config["contexts"]),
+        contexts=context_settings("QC"),
         seed=construction_seed,
         condition="QC",
         code=script_code("swapped_contexts.py"),
@@ -115,7 +115,7 @@ rule qx_contexts:
     conda:
         GRABRAG_ENV
     params:
-        contexts=stable(config["contexts"]),
+        contexts=context_settings("QX"),
         seed=construction_seed,
         condition="QX",
         code=script_code("swapped_contexts.py"),

@@ -148,38 +148,72 @@ def test_one_output_as_target_runs_only_its_inputs(tmp_path: Path) -> None:
     assert not (tmp_path / "results/retrieval").exists()
 
 
-def test_editing_one_stage_param_reruns_only_that_stage(tiny_run: Path, tmp_path: Path) -> None:
-    shutil.copytree(tiny_run / "results", tmp_path / "results")
-    shutil.copytree(
-        tiny_run / ".snakemake",
-        tmp_path / ".snakemake",
-        dirs_exist_ok=True,
-        ignore=shutil.ignore_patterns("locks", "incomplete"),
-    )
+def _planned_conditions(plan: str, rule: str) -> set[tuple[str, str]]:
+    """(dataset, condition) of each planned job of `rule` in a dry run's output."""
+    found = set()
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", plan):
+        if not re.match(rf"(?:local)?rule {rule}:", block.strip()):
+            continue
+        dataset = re.search(r"wildcards:.*?\bdataset=([\w.]+)", block)
+        condition = re.search(r"wildcards:.*?\bcondition=(\w+)", block)
+        found.add((dataset.group(1) if dataset else "", condition.group(1) if condition else ""))
+    return found
+
+
+BUILT = ("squad", "nq_bigbench")
+SWAPPED = {(d, c) for d in BUILT for c in ("QC", "QX")} | {("nq_bigbench_seed43", "QC")}
+PASSAGE_CELLS = {(d, c) for d in BUILT for c in ("Q100", "Q50", "Q0")}
+VARIANT_Q0 = {("nq_bigbench_seed43", "Q0")}
+# the probe's one context job writes its two conditions and its closed-book rows
+PROBE = {("truthfulqa", "TQB"), ("truthfulqa", "TQM"), ("truthfulqa", "Qclosed")}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "contexts", "generated"),
+    [
+        # Q50's gold slots: Q50 alone, in each dataset
+        ("n_gold_q50", 2, {(d, "Q50") for d in BUILT}, {(d, "Q50") for d in BUILT}),
+        # the cap: every condition with passages and the probe's, not the closed-book one
+        (
+            "max_context_tokens",
+            300,
+            PASSAGE_CELLS | VARIANT_Q0,
+            PASSAGE_CELLS | SWAPPED | VARIANT_Q0 | PROBE,
+        ),
+        # passages per context: every condition, the closed-book one's question set too
+        (
+            "n_passages",
+            4,
+            PASSAGE_CELLS | VARIANT_Q0 | {(d, "Qclosed") for d in BUILT},
+            PASSAGE_CELLS | SWAPPED | VARIANT_Q0 | {(d, "Qclosed") for d in BUILT},
+        ),
+    ],
+)
+def test_a_context_setting_reruns_only_the_conditions_it_changes(
+    tiny_run: Path, tmp_path: Path, key: str, value: int, contexts: set, generated: set
+) -> None:
+    """Each context setting is a param only of the conditions whose rows read it: editing
+    it plans those conditions' context jobs and the model cells that read them (then the
+    policies, metrics, tables and figures), and nothing upstream or of another condition."""
+    copy_run(tiny_run, tmp_path)
     config = yaml.safe_load(TINY.read_text())
-    config["contexts"]["max_context_tokens"] = 300
+    config["contexts"][key] = value
     edited = tmp_path / "edited.yaml"
     edited.write_text(yaml.safe_dump(config))
     plan = snakemake(tmp_path, "-n", configfile=edited).stdout
     jobs = planned_jobs(plan)
-    # The context stage and everything downstream of it rerun; nothing upstream does.
-    # (The seed-43 variant of nq_bigbench adds one build_contexts and qc_contexts job and
-    # its Q0 + QC generation; it has no QX and runs P0-P4 only. The TruthfulQA probe's
-    # contexts are capped too: its two conditions rerun with every policy.)
-    assert jobs["build_contexts"] == 3 and jobs["qc_contexts"] == 3, plan
-    assert jobs["qx_contexts"] == 2 and jobs["truthfulqa_contexts"] == 1, plan
-    assert jobs["generate_context_prompts"] == 2 * 5 + 2 + 2, plan
-    # EvidentialRAG, CDD and the baselines: every condition of nq_bigbench, and the probe's
-    assert jobs["evidential_evaluate"] == jobs["evidential_generate"] == 5 + 2, plan
-    assert jobs["cdd_generate"] == jobs["baselines_generate"] == 5 + 2, plan
-    assert not {
-        "fetch_asset",
-        "prepare_data",
-        "embed",
-        "retrieve",
-        "entity_pool",
-        "swaps",
-    } & set(jobs), plan
+    assert _planned_conditions(plan, "build_contexts") == contexts, plan
+    model_cells = set()
+    for rule in ("generate_context_prompts", "generate_closed_book"):
+        model_cells |= {(d, c or "Qclosed") for d, c in _planned_conditions(plan, rule)}
+    assert model_cells == generated
+    swapped = {(d, "QC") for d, _ in _planned_conditions(plan, "qc_contexts")}
+    swapped |= {(d, "QX") for d, _ in _planned_conditions(plan, "qx_contexts")}
+    assert swapped == generated & SWAPPED
+    assert ("truthfulqa_contexts" in jobs) == bool(generated & PROBE)
+    assert not {"fetch_asset", "prepare_data", "embed", "retrieve", "entity_pool", "swaps"} & set(
+        jobs
+    ), plan
 
 
 EXTENSION_RULES = {
