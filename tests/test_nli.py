@@ -297,9 +297,14 @@ PAIRS = [
 ]
 
 
-def test_transformers_backend_runs_for_real(tiny_models: dict[str, Path]) -> None:
-    verifier = TransformersNli(tiny_models["random"], batch_size=3)
+def test_transformers_backend_runs_for_real(
+    tiny_models: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("INFO", logger="grabrag"):
+        verifier = TransformersNli(tiny_models["random"], batch_size=3)
     assert verifier.name == "transformers:random"
+    # the job's log says where the model runs
+    assert "NLI model random on the CPU" in caplog.text
     labels = verifier.classify(PAIRS)
     assert len(labels) == len(PAIRS) and set(labels) <= set(LABELS)
     # the label is the model's argmax read through its own id2label

@@ -26,6 +26,7 @@ the CB pass answered with confidence >= the cutoff. Other questions get ``labels
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -178,6 +179,9 @@ class TransformersNli:
         self.model.to(device)
         self.model.eval()
         self.device = device
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES") or "every visible GPU"
+        where = f"on GPU {visible} ({device})" if device.startswith("cuda") else "on the CPU"
+        log.info("NLI model %s %s", model_name, where)
         self.batch_size = batch_size
         # The tokenizer's limit is often a placeholder (1e30); absolute position
         # embeddings are the real one.
