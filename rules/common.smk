@@ -62,6 +62,25 @@ def _model_threads():
 
 MODEL_THREADS = _model_threads()
 
+# The CPU chain that makes every condition's contexts (data, retrieval, contexts, the QC and
+# QX swaps) runs ahead of the model jobs, which wait on it anyway, and its jobs that take
+# every core run first of all: Snakemake reserves no cores, so once one-thread model jobs
+# run, a job that asks for every core waits for a moment when none holds one (on two cores
+# the second dataset's encoder, and with it all of that dataset's model jobs, waited
+# most of the run).
+PREPARATION_PRIORITY = 10
+ALL_CORES_PRIORITY = 20
+
+
+def ner_threads():
+    """The NER jobs' threads: GLiNER's torch takes every core; spaCy's small pipeline one, so
+    that on a small machine its jobs fit beside a model job instead of waiting for all cores."""
+    return 1 if config["ner"]["backend"] == "spacy" else workflow.cores
+
+
+def ner_priority():
+    return ALL_CORES_PRIORITY if ner_threads() > 1 else PREPARATION_PRIORITY
+
 DATASETS = sorted(config["datasets"])
 MODELS = sorted(config["models"])
 # The order tables and figures list models and datasets in: the config's.
@@ -405,12 +424,28 @@ def served_models():
 
 # A served model's jobs are light HTTP clients: one thread, no GPU slot (the server holds
 # the GPUs), so they run side by side and the server batches their requests.
+def llm_threads(model):
+    """The CPU threads of a job that runs `model`: one for a served model, the model's
+    `threads` where set, else a share of the cores (MODEL_THREADS)."""
+    if served(model):
+        return 1
+    return config["models"][model].get("threads") or MODEL_THREADS
+
+
+def llm_gpus(model):
+    """A GPU slot only for a GGUF that offloads layers: a model on the CPU (n_gpu_layers 0)
+    or behind a server holds none, so its jobs run side by side as far as their threads
+    allow instead of queueing for a device they do not use."""
+    entry = config["models"][model]
+    return 0 if served(model) or entry.get("n_gpu_layers", 0) == 0 else 1
+
+
 def model_threads(wildcards):
-    return 1 if served(wildcards.model) else MODEL_THREADS
+    return llm_threads(wildcards.model)
 
 
 def model_gpus(wildcards):
-    return 0 if served(wildcards.model) else 1
+    return llm_gpus(wildcards.model)
 
 
 def generation_settings():
@@ -448,12 +483,22 @@ def nli_served(wildcards):
     return nli["backend"] == "llm" and not nli["asset"] and served(wildcards.model)
 
 
+# The llm verifier runs with its generator's n_gpu_layers and threads (its own GGUF too);
+# a transformers model may sit on a GPU (nli.device), so it keeps its slot.
 def nli_threads(wildcards):
-    return 1 if nli_served(wildcards) else MODEL_THREADS
+    if nli_served(wildcards):
+        return 1
+    if config["nli"]["backend"] == "llm" and not served(wildcards.model):
+        return llm_threads(wildcards.model)
+    return MODEL_THREADS
 
 
 def nli_gpus(wildcards):
-    return 0 if nli_served(wildcards) else 1
+    if nli_served(wildcards):
+        return 0
+    if config["nli"]["backend"] == "llm":
+        return 0 if config["models"][wildcards.model].get("n_gpu_layers", 0) == 0 else 1
+    return 1
 
 
 def generation_dir(wildcards):
@@ -526,11 +571,11 @@ def evaluator_asset(wildcards):
 
 
 def evaluator_threads(wildcards):
-    return 1 if served(evaluator_name(wildcards)) else MODEL_THREADS
+    return llm_threads(evaluator_name(wildcards))
 
 
 def evaluator_gpus(wildcards):
-    return 0 if served(evaluator_name(wildcards)) else 1
+    return llm_gpus(evaluator_name(wildcards))
 
 
 def fusion_settings():

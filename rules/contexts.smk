@@ -17,6 +17,7 @@ rule build_contexts:
     wildcard_constraints:
         dataset=BUILT_DATASETS,
         condition=_alternatives(PAIRED_CONDITIONS),
+    priority: PREPARATION_PRIORITY
     conda:
         GRABRAG_ENV
     params:

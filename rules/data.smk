@@ -12,6 +12,7 @@ rule prepare_data:
         "results/logs/prepare_data/{dataset}.log",
     wildcard_constraints:
         dataset=BUILT_DATASETS,
+    priority: PREPARATION_PRIORITY
     conda:
         GRABRAG_ENV
     params:

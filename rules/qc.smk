@@ -16,9 +16,10 @@ rule entity_pool:
         pool="results/qc/{dataset}/entity_pool.json",
     log:
         "results/logs/entity_pool/{dataset}.log",
+    priority: ner_priority()
     conda:
         GRABRAG_ENV
-    threads: workflow.cores
+    threads: ner_threads()
     params:
         ner=stable(config["ner"]),
         pool_source=config["qc"]["pool"],
@@ -42,9 +43,10 @@ rule swaps:
         summary="results/qc/{dataset}/summary.json",
     log:
         "results/logs/swaps/{dataset}.log",
+    priority: ner_priority()
     conda:
         GRABRAG_ENV
-    threads: workflow.cores
+    threads: ner_threads()
     params:
         ner=stable(config["ner"]),
         seed=construction_seed,
@@ -66,6 +68,7 @@ rule qc_contexts:
         report="results/contexts/{dataset}/QC_report.json",
     log:
         "results/logs/qc_contexts/{dataset}.log",
+    priority: PREPARATION_PRIORITY
     conda:
         GRABRAG_ENV
     params:
@@ -112,6 +115,7 @@ rule qx_contexts:
         report="results/contexts/{dataset}/QX_report.json",
     log:
         "results/logs/qx_contexts/{dataset}.log",
+    priority: PREPARATION_PRIORITY
     conda:
         GRABRAG_ENV
     params:

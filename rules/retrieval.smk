@@ -12,6 +12,7 @@ rule embed:
         questions="results/retrieval/{dataset}/question_embeddings.npz",
     log:
         "results/logs/embed/{dataset}.log",
+    priority: ALL_CORES_PRIORITY
     conda:
         GRABRAG_ENV
     threads: workflow.cores
@@ -33,6 +34,7 @@ rule retrieve:
         ranking="results/retrieval/{dataset}/hard_negatives.jsonl",
     log:
         "results/logs/retrieve/{dataset}.log",
+    priority: PREPARATION_PRIORITY
     conda:
         GRABRAG_ENV
     params:

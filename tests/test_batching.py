@@ -21,6 +21,7 @@ from grabrag.generation.generator import (
 from grabrag.generation.prompts import GBNF_GRAMMAR, messages_for
 
 from .chat_templates import BY_REPO, OPENINGS
+from .conftest import CORES
 from .micro_model import build_micro_gguf
 
 VALID = '{"decision": "answer", "answer": "%s", "confidence": 80, "reasoning": "r"}'
@@ -189,7 +190,7 @@ def _requests() -> list[Request]:
 
 @pytest.fixture(scope="module")
 def sequential(model_path: Path) -> tuple[LlamaGenerator, list[dict[str, Any]]]:
-    generator = LlamaGenerator(model_path, GenerationSettings(max_tokens=64), n_threads=2)
+    generator = LlamaGenerator(model_path, GenerationSettings(max_tokens=64), n_threads=CORES)
     outputs = []
     for request in _requests():
         generator.reset()
@@ -204,7 +205,7 @@ def _tokens_and_text(outputs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 def test_one_sequence_at_a_time_the_decoder_reproduces_the_sequential_path(sequential) -> None:
     generator, reference = sequential
-    decoder = BatchedDecoder(generator.llm, 1, 4096, 2)
+    decoder = BatchedDecoder(generator.llm, 1, 4096, CORES)
     outputs = decoder.complete_many(_requests())
     assert _tokens_and_text(outputs) == _tokens_and_text(reference)
     assert outputs[-1]["finish_reason"] == "length" and outputs[-1]["completion_tokens"] == 6
@@ -213,7 +214,7 @@ def test_one_sequence_at_a_time_the_decoder_reproduces_the_sequential_path(seque
 
 def test_batched_with_shared_prefixes_is_reproducible_and_agrees_here(sequential) -> None:
     generator, reference = sequential
-    decoder = BatchedDecoder(generator.llm, 4, 4096, 2)
+    decoder = BatchedDecoder(generator.llm, 4, 4096, CORES)
     first = decoder.complete_many(_requests())
     again = decoder.complete_many(_requests())
     assert _tokens_and_text(first) == _tokens_and_text(again)
@@ -224,12 +225,14 @@ def test_batched_with_shared_prefixes_is_reproducible_and_agrees_here(sequential
 
 def test_a_batched_generator_refuses_sampling(model_path: Path) -> None:
     with pytest.raises(GenerationError, match="decodes greedily"):
-        LlamaGenerator(model_path, GenerationSettings(temperature=0.7), n_threads=2, batch=4)
+        LlamaGenerator(model_path, GenerationSettings(temperature=0.7), n_threads=CORES, batch=4)
 
 
 def test_a_batched_generator_routes_a_units_calls_into_rounds(sequential, model_path) -> None:
     _, reference = sequential
-    generator = LlamaGenerator(model_path, GenerationSettings(max_tokens=64), n_threads=2, batch=3)
+    generator = LlamaGenerator(
+        model_path, GenerationSettings(max_tokens=64), n_threads=CORES, batch=3
+    )
     requests = _requests()[:3]
     assert generator.batcher is not None
     outputs = generator.batcher.run(
@@ -265,7 +268,7 @@ def test_the_paper_models_chat_templates_format_as_llama_cpp_python_does(
     decoder (one sequence, and four with shared prefixes) writes what the sequential path
     writes."""
     model = build_micro_gguf(model_path, tmp_path / "micro.gguf", chat_template=BY_REPO[repo])
-    generator = LlamaGenerator(model, GenerationSettings(max_tokens=32), n_threads=2)
+    generator = LlamaGenerator(model, GenerationSettings(max_tokens=32), n_threads=CORES)
     requests = [
         Request(messages_for(prompt, question, CONTEXT), GBNF_GRAMMAR, 32)
         for question in QUESTIONS[:1]
@@ -280,5 +283,5 @@ def test_the_paper_models_chat_templates_format_as_llama_cpp_python_does(
     rendered = generator.llm.detokenize(prompt, special=True).decode()
     assert OPENINGS[BY_REPO[repo]] in rendered[:120], rendered[:120]
     for n_seq in (1, 4):
-        outputs = BatchedDecoder(generator.llm, n_seq, 4096, 2).complete_many(requests)
+        outputs = BatchedDecoder(generator.llm, n_seq, 4096, CORES).complete_many(requests)
         assert _tokens_and_text(outputs) == _tokens_and_text(reference), n_seq

@@ -1,5 +1,6 @@
-"""One GPU per model job: real processes claim fake devices (CUDA_VISIBLE_DEVICES entries
-on a machine without a GPU; the claim only reads and narrows that list)."""
+"""How jobs get devices, cores and turns: one GPU per model job (real processes claim fake
+devices: CUDA_VISIBLE_DEVICES entries on a machine without a GPU; the claim only reads and
+narrows that list), GPU slots only for models that offload, and the context chain first."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 from grabrag.core.devices import claim_gpu, visible_devices
 
-from .conftest import MODEL_RULES, REPO, snakemake
+from .conftest import MODEL_RULES, REPO, TINY, snakemake
 
 CLAIMER = """
 import os, sys, time
@@ -113,16 +115,126 @@ def _span(log: str) -> tuple[datetime, datetime]:
     )
 
 
+def tiny_with_models(dest: Path, models: dict[str, dict[str, object]]) -> Path:
+    """The tiny config with `models` in place of its own (each on the micro model's GGUF
+    unless it says otherwise), written to `dest`."""
+    config = yaml.safe_load(TINY.read_text())
+    micro = config["models"]["micro"]
+    config["models"] = {
+        name: entry if "endpoint" in entry else {**micro, **entry} for name, entry in models.items()
+    }
+    if "micro" not in models:  # Table 13's rebuild names the micro model
+        config["seed_sensitivity"] = None
+    dest.write_text(yaml.safe_dump(config))
+    return dest
+
+
+def planned_slots(dry_run_output: str) -> dict[tuple[str, str], set[tuple[int, int]]]:
+    """Each planned job's (rule, model) -> its (threads, gpu) from a dry run's listing."""
+    slots: dict[tuple[str, str], set[tuple[int, int]]] = {}
+    for block in re.split(r"\n\s*\n", dry_run_output):
+        rule = re.search(r"^(?:local)?rule (\w+):$", block, re.MULTILINE)
+        model = re.search(r"^\s+wildcards: .*\bmodel=([\w.-]+)", block, re.MULTILINE)
+        if not (rule and model):
+            continue
+        threads = re.search(r"^\s+threads: (\d+)$", block, re.MULTILINE)
+        gpu = re.search(r"^\s+resources: .*\bgpu=(\d+)", block, re.MULTILINE)
+        key = (rule.group(1), model.group(1))
+        slots.setdefault(key, set()).add(
+            (int(threads.group(1)) if threads else 1, int(gpu.group(1)) if gpu else 0)
+        )
+    return slots
+
+
+@pytest.mark.parametrize("gpu_slots", [1, 2])
+def test_only_a_model_that_offloads_holds_a_gpu_slot(tmp_path: Path, gpu_slots: int) -> None:
+    """Every model-calling rule, planned on 2 cores: a GGUF on the CPU holds no GPU slot and
+    runs with its `threads` (without: every core, or a share under --resources gpu=N),
+    so its jobs run side by side; a GGUF that
+    offloads holds one slot and a share of the cores; a served model one thread, no slot."""
+    config = tiny_with_models(
+        tmp_path / "models.yaml",
+        {
+            "cpu_one": {"n_gpu_layers": 0, "threads": 1},
+            "cpu_all": {"n_gpu_layers": 0},
+            "offloads": {"n_gpu_layers": -1, "allow_cpu": True},
+            "served": {"endpoint": {"base_url": "http://127.0.0.1:9/v1", "model": "micro"}},
+        },
+    )
+    targets = [
+        path.format(model=model)
+        for model in ("cpu_one", "cpu_all", "offloads", "served")
+        for path in (
+            "results/generation/{model}/nq_bigbench/Q100/P1.jsonl",
+            "results/generation/{model}/nq_bigbench/Qclosed/CB.jsonl",
+            "results/nli/{model}/nq_bigbench/Q100.jsonl",
+            "results/evidential/{model}/nq_bigbench/Q100/EVID.jsonl",
+            "results/cdd/{model}/nq_bigbench/Q100/traces.jsonl",
+            "results/cdd/{model}/nq_bigbench/Q100/CAI.jsonl",
+        )
+    ]
+    resources = ("--resources", f"gpu={gpu_slots}")
+    proc = snakemake(tmp_path, "-n", *targets, "--cores", "2", *resources, configfile=config)
+    slots = planned_slots(proc.stdout)
+    expected = {
+        "cpu_one": {(1, 0)},
+        "cpu_all": {(2 // gpu_slots, 0)},  # every core, shared as among N GPU jobs
+        "offloads": {(2 // gpu_slots, 1)},
+        "served": {(1, 0)},
+    }
+    for rule in MODEL_RULES:
+        for model, want in expected.items():
+            assert slots.get((rule, model)) == want, (rule, model, slots.get((rule, model)))
+
+
+def test_the_context_chain_runs_first_and_its_all_core_jobs_before_the_rest(
+    tmp_path: Path,
+) -> None:
+    """The tiny config planned on 2 cores: every job that builds contexts outranks every
+    model job, and those that take every core outrank the rest, so none waits for a moment
+    when no one-thread model job holds a core."""
+    proc = snakemake(tmp_path, "-n", "--cores", "2")
+    jobs = []
+    for block in re.split(r"\n\s*\n", proc.stdout):
+        rule = re.search(r"^(?:local)?rule (\w+):$", block, re.MULTILINE)
+        if rule:
+            threads = re.search(r"^\s+threads: (\d+)$", block, re.MULTILINE)
+            priority = re.search(r"^\s+priority: (\d+)$", block, re.MULTILINE)
+            jobs.append(
+                (
+                    rule.group(1),
+                    int(threads.group(1)) if threads else 1,
+                    int(priority.group(1)) if priority else 0,
+                )
+            )
+    chain = {"prepare_data", "embed", "retrieve", "build_contexts", "entity_pool", "swaps"}
+    chain |= {"qc_contexts", "qx_contexts"}
+    assert chain <= {rule for rule, _, _ in jobs}, jobs
+    lowest_chain = min(priority for rule, _, priority in jobs if rule in chain)
+    highest_model = max(priority for rule, _, priority in jobs if rule in MODEL_RULES)
+    assert lowest_chain > highest_model, jobs
+    all_cores = [(rule, p) for rule, threads, p in jobs if rule in chain and threads == 2]
+    assert {rule for rule, _ in all_cores} == {"embed"}, all_cores
+    assert min(p for _, p in all_cores) > max(
+        priority for rule, threads, priority in jobs if threads == 1
+    ), jobs
+
+
 @pytest.mark.integration
 def test_workflow_model_jobs_each_claim_their_own_device(tmp_path: Path) -> None:
     """`--resources gpu=2` with two (fake) devices: every model job logs its device, both
-    devices are used, and no two jobs that ran at the same time shared one."""
+    devices are used, and no two jobs that ran at the same time shared one. The model asks
+    to offload its layers (as on a GPU machine; allow_cpu: this llama.cpp is a CPU build)."""
     conditions = ("Q100", "Q50", "Q0")
     targets = [f"results/generation/micro/nq_bigbench/{c}/P1.jsonl" for c in conditions]
     targets.append("results/generation/micro/nq_bigbench/Qclosed/CB.jsonl")
     env = {"CUDA_VISIBLE_DEVICES": "0,1", "GRABRAG_GPU_LOCKS": str(tmp_path / "locks")}
+    config = tiny_with_models(
+        tmp_path / "offloads.yaml", {"micro": {"n_gpu_layers": -1, "allow_cpu": True}}
+    )
     # two cores whatever the worker's share, so that two model jobs (one thread each) can run
-    snakemake(tmp_path / "run", *targets, "--cores", "2", "--resources", "gpu=2", env=env)
+    run = ("--cores", "2", "--resources", "gpu=2")
+    snakemake(tmp_path / "run", *targets, *run, configfile=config, env=env)
     jobs = []
     for log in sorted((tmp_path / "run/results/logs/generate/micro/nq_bigbench").glob("*.log")):
         text = log.read_text()

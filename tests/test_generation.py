@@ -21,6 +21,8 @@ from grabrag.generation.generator import (
 )
 from grabrag.generation.prompts import GBNF_GRAMMAR, messages_for
 
+from .conftest import CORES
+
 # Modules that load numpy or torch: none may come before llama_cpp in a model script.
 BEFORE_LLAMA = ("numpy", "torch", "grabrag", "transformers", "sentence_transformers")
 
@@ -136,7 +138,7 @@ def test_resume_redoes_only_the_question_in_flight(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def generator(model_path: Path) -> LlamaGenerator:
-    return LlamaGenerator(model_path, GenerationSettings(max_tokens=96), n_threads=2)
+    return LlamaGenerator(model_path, GenerationSettings(max_tokens=96), n_threads=CORES)
 
 
 CONTEXT = (
@@ -180,7 +182,7 @@ def test_argmax_first_grammar_check_chooses_the_same_tokens(
 
     generator.llm.argmax_first_counts.update(argmax=0, full=0)
     stock = llama_cpp.Llama(
-        model_path=str(model_path), n_ctx=4096, n_threads=2, seed=42, verbose=False
+        model_path=str(model_path), n_ctx=4096, n_threads=CORES, seed=42, verbose=False
     )
     digits = 'root ::= "{" [0-9] [0-9]? " apples}"'
     calls = [
@@ -208,7 +210,8 @@ def test_argmax_first_grammar_check_chooses_the_same_tokens(
 
 
 def test_prompt_too_long_for_the_context_window_fails_before_work(model_path: Path) -> None:
-    small = LlamaGenerator(model_path, GenerationSettings(n_ctx=512, max_tokens=400), n_threads=2)
+    settings = GenerationSettings(n_ctx=512, max_tokens=400)
+    small = LlamaGenerator(model_path, settings, n_threads=CORES)
     calls = [("question q7 (P0)", messages_for("P0", "Who?", CONTEXT * 3))]
     with pytest.raises(GenerationError, match="question q7 \\(P0\\).*generation.n_ctx"):
         small.preflight(calls)

@@ -232,6 +232,9 @@ def paper_pipeline_config(directory: Path) -> Path:
     config.setdefault("generation", {})["conditions"] = list(SLURM_CONDITIONS)
     config["datasets"] = {"squad": config["datasets"]["squad"]}
     config["seed_sensitivity"] = None
+    # The model offloads its layers, as on a GPU cluster, so its jobs ask SLURM for a GPU
+    # (allow_cpu: the test node's llama.cpp is a CPU build; a model on the CPU asks for none).
+    config["models"]["micro"].update(n_gpu_layers=-1, allow_cpu=True)
     for method in ("evidential", "cdd"):
         config.get(method, {}).pop("datasets", None)
     path = directory / "tiny_paper_pipeline.yaml"
