@@ -81,6 +81,7 @@ def ner_threads():
 def ner_priority():
     return ALL_CORES_PRIORITY if ner_threads() > 1 else PREPARATION_PRIORITY
 
+
 DATASETS = sorted(config["datasets"])
 MODELS = sorted(config["models"])
 # The order tables and figures list models and datasets in: the config's.

@@ -321,6 +321,7 @@ def test_device_line_names_the_cpu_or_the_claimed_gpu(monkeypatch: pytest.Monkey
     from grabrag.generation.generator import device_line
 
     assert device_line(0, True, 2) == "on the CPU (n_gpu_layers: 0), 2 threads"
+    assert device_line(0, True, 1) == "on the CPU (n_gpu_layers: 0), 1 thread"
     assert device_line(-1, False, 4) == (
         "on the CPU (this llama.cpp build has no GPU backend), 4 threads"
     )

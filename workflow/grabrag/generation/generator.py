@@ -89,12 +89,13 @@ def check_gpu_offload(n_gpu_layers: int, allow_cpu: bool, supports_gpu: bool) ->
 def device_line(n_gpu_layers: int, supports_gpu: bool, n_threads: int) -> str:
     """Where a loaded model runs, for the job's log: the CPU, or the GPU(s) this job
     claimed (CUDA_VISIBLE_DEVICES, grabrag.core.devices) with the layers offloaded."""
+    plural = "" if n_threads == 1 else "s"
     if n_gpu_layers != 0 and supports_gpu:
         devices = os.environ.get("CUDA_VISIBLE_DEVICES") or "every visible GPU"
         layers = "all layers" if n_gpu_layers < 0 else f"{n_gpu_layers} layers"
-        return f"on GPU {devices}: {layers} offloaded, {n_threads} CPU threads"
+        return f"on GPU {devices}: {layers} offloaded, {n_threads} CPU thread{plural}"
     why = "n_gpu_layers: 0" if n_gpu_layers == 0 else "this llama.cpp build has no GPU backend"
-    return f"on the CPU ({why}), {n_threads} threads"
+    return f"on the CPU ({why}), {n_threads} thread{plural}"
 
 
 def _llama_cpp_reason(model_path: Path, n_gpu_layers: int) -> str:
