@@ -66,8 +66,7 @@ MODEL_THREADS = _model_threads()
 # QX swaps) runs ahead of the model jobs, which wait on it anyway, and its jobs that take
 # every core run first of all: Snakemake reserves no cores, so once one-thread model jobs
 # run, a job that asks for every core waits for a moment when none holds one (on two cores
-# the second dataset's encoder, and with it all of that dataset's model jobs, waited
-# most of the run).
+# the QC swaps waited two minutes, and the QC and QX cells ran last).
 PREPARATION_PRIORITY = 10
 ALL_CORES_PRIORITY = 20
 
