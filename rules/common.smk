@@ -494,11 +494,8 @@ def nli_threads(wildcards):
 
 
 def nli_gpus(wildcards):
-    if nli_served(wildcards):
-        return 0
-    if config["nli"]["backend"] == "llm":
-        return 0 if config["models"][wildcards.model].get("n_gpu_layers", 0) == 0 else 1
-    return 1
+    # llm_gpus: no slot for a served generator (nli_served) nor for one on the CPU
+    return llm_gpus(wildcards.model) if config["nli"]["backend"] == "llm" else 1
 
 
 def generation_dir(wildcards):
