@@ -12,6 +12,7 @@ import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import yaml
@@ -129,20 +130,46 @@ def tiny_with_models(dest: Path, models: dict[str, dict[str, object]]) -> Path:
     return dest
 
 
-def planned_slots(dry_run_output: str) -> dict[tuple[str, str], set[tuple[int, int]]]:
-    """Each planned job's (rule, model) -> its (threads, gpu) from a dry run's listing."""
-    slots: dict[tuple[str, str], set[tuple[int, int]]] = {}
+class PlannedJob(NamedTuple):
+    rule: str
+    model: str  # "" for a job without a model wildcard
+    threads: int
+    gpu: int
+    priority: int
+
+
+def planned_job_list(dry_run_output: str) -> list[PlannedJob]:
+    """Each job of a dry run's listing, with the threads, GPU slots and priority Snakemake
+    prints for it (it leaves out one thread, no gpu and priority 0)."""
+
+    def number(pattern: str, block: str, default: int) -> int:
+        found = re.search(pattern, block, re.MULTILINE)
+        return int(found.group(1)) if found else default
+
+    jobs = []
     for block in re.split(r"\n\s*\n", dry_run_output):
         rule = re.search(r"^(?:local)?rule (\w+):$", block, re.MULTILINE)
-        model = re.search(r"^\s+wildcards: .*\bmodel=([\w.-]+)", block, re.MULTILINE)
-        if not (rule and model):
+        if not rule:
             continue
-        threads = re.search(r"^\s+threads: (\d+)$", block, re.MULTILINE)
-        gpu = re.search(r"^\s+resources: .*\bgpu=(\d+)", block, re.MULTILINE)
-        key = (rule.group(1), model.group(1))
-        slots.setdefault(key, set()).add(
-            (int(threads.group(1)) if threads else 1, int(gpu.group(1)) if gpu else 0)
+        model = re.search(r"^\s+wildcards: .*\bmodel=([\w.-]+)", block, re.MULTILINE)
+        jobs.append(
+            PlannedJob(
+                rule.group(1),
+                model.group(1) if model else "",
+                number(r"^\s+threads: (\d+)$", block, 1),
+                number(r"^\s+resources: .*\bgpu=(\d+)", block, 0),
+                number(r"^\s+priority: (\d+)$", block, 0),
+            )
         )
+    return jobs
+
+
+def planned_slots(dry_run_output: str) -> dict[tuple[str, str], set[tuple[int, int]]]:
+    """Each planned model job's (rule, model) -> its (threads, gpu)."""
+    slots: dict[tuple[str, str], set[tuple[int, int]]] = {}
+    for job in planned_job_list(dry_run_output):
+        if job.model:
+            slots.setdefault((job.rule, job.model), set()).add((job.threads, job.gpu))
     return slots
 
 
@@ -194,19 +221,7 @@ def test_the_context_chain_runs_first_and_its_all_core_jobs_before_the_rest(
     model job, and those that take every core outrank the rest, so none waits for a moment
     when no one-thread model job holds a core."""
     proc = snakemake(tmp_path, "-n", "--cores", "2")
-    jobs = []
-    for block in re.split(r"\n\s*\n", proc.stdout):
-        rule = re.search(r"^(?:local)?rule (\w+):$", block, re.MULTILINE)
-        if rule:
-            threads = re.search(r"^\s+threads: (\d+)$", block, re.MULTILINE)
-            priority = re.search(r"^\s+priority: (\d+)$", block, re.MULTILINE)
-            jobs.append(
-                (
-                    rule.group(1),
-                    int(threads.group(1)) if threads else 1,
-                    int(priority.group(1)) if priority else 0,
-                )
-            )
+    jobs = [(job.rule, job.threads, job.priority) for job in planned_job_list(proc.stdout)]
     chain = {"prepare_data", "embed", "retrieve", "build_contexts", "entity_pool", "swaps"}
     chain |= {"qc_contexts", "qx_contexts"}
     assert chain <= {rule for rule, _, _ in jobs}, jobs
