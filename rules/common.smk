@@ -31,6 +31,8 @@ from grabrag.report.specs import (
     figure_names,
     figure_spec,
     figures,
+    paper_order,
+    report_labels,
     table_names,
     table_spec,
     tables,
@@ -208,6 +210,9 @@ TABLE_NAMES = table_names(FEATURES)
 # remake (the others read per-seed outputs, such as the audit, that only the base seed has).
 SEEDED_TABLES = [name for name in TABLE_NAMES if table_spec(name).reads == ("metrics",)]
 FIGURE_NAMES = figure_names(FEATURES)
+# The report lists the tables in the papers' order, the figures as declared.
+TABLE_LABELS = report_labels(paper_order(TABLE_NAMES))
+FIGURE_LABELS = report_labels(FIGURE_NAMES)
 
 
 def p3_sweep_qc_input(wildcards):
@@ -868,4 +873,17 @@ def all_targets():
     for table in SEEDED_TABLES if EXTRA_SEEDS else ():
         targets += [f"results/tables/seed{seed}/{table}.csv" for seed in EXTRA_SEEDS]
         targets.append(f"results/tables/across_seeds/{table}.csv")
+    targets += [f"results/report/{pages}" for pages in TABLE_PAGES if table_page_files(pages)]
     return targets
+
+
+# The report's two folders of table pages (rule table_pages) and their category there.
+TABLE_PAGES = {"tables": "Tables", "tables_across_seeds": "Tables across seeds"}
+
+
+def table_page_files(pages):
+    """The HTML pages of one report folder (a key of TABLE_PAGES): every table, or each
+    table across the construction seeds (none with one seed)."""
+    if pages == "tables":
+        return [f"results/tables/{name}.html" for name in TABLE_NAMES]
+    return [f"results/tables/across_seeds/{name}.html" for name in SEEDED_TABLES if EXTRA_SEEDS]

@@ -123,7 +123,7 @@ EXTRA = 7
 DATASETS = ("squad", "nq_bigbench")
 # Rules whose jobs are not about one built dataset: the tables the new seed adds, and the
 # figures that show the spread over the seeds.
-SEED_REPORT_RULES = {"seed_table", "across_seeds_table", "figure", "all"}
+SEED_REPORT_RULES = {"seed_table", "across_seeds_table", "table_pages", "figure", "all"}
 SPREAD_FIGURES = {"abstention_by_dataset", "qc_breakdown"}
 
 
@@ -285,9 +285,12 @@ def test_the_report_shows_the_across_seed_tables(two_seeds: Path) -> None:
     run_seeds(two_seeds, [42, EXTRA], "--report", "results/report.zip")
     archive = zipfile.ZipFile(two_seeds / "results/report.zip")
     names = archive.namelist()
-    # the report keeps a file's name: evid_results.csv, once per seed 42 and across seeds
-    assert len([n for n in names if n.endswith("/evid_results.csv")]) == 2, names
+    # the report keeps a file's name: evid_results.html, once per seed 42 and across seeds
+    assert len([n for n in names if n.endswith("/evid_results.html")]) == 2, names
     (page,) = [n for n in names if n.endswith("report.html")]
     html = archive.read(page).decode()
     assert '"Tables across seeds"' in html
-    assert f"Across construction seeds 42, {EXTRA}: each number of table1_hwsa" in html
+    # the across-seeds page of Table 1 opens under its own caption
+    table1 = [archive.read(n).decode() for n in names if n.endswith("/table1_hwsa.html")]
+    caption = f"Across construction seeds 42, {EXTRA}: each number of table1_hwsa"
+    assert sum(caption in page for page in table1) == 1, table1

@@ -146,7 +146,7 @@ def test_hwsa_conditions_and_evid_results() -> None:
     from pathlib import Path
 
     with tempfile.TemporaryDirectory() as folder:
-        csv_path, md_path, _, tidy_path = write_table(table, Path(folder) / "t", "caption")
+        csv_path, md_path, _, tidy_path, _ = write_table(table, Path(folder) / "t", "caption")
         printed = pl.read_csv(csv_path)
         assert printed["policy"].to_list() == ["P1", "EVID+CB"]
         # the tidy file keeps the codes and the numbers behind each printed cell
@@ -639,7 +639,7 @@ def test_write_table_prints_the_note_after_the_caption(tmp_path) -> None:
     from grabrag.report.table_cells import with_note
 
     table = with_note(Table([{"policy": "P1"}]), "n = 5.")
-    csv_path, md_path, tex_path, _ = write_table(table, tmp_path / "t", "Table 1: x.")
+    csv_path, md_path, tex_path, _, _ = write_table(table, tmp_path / "t", "Table 1: x.")
     assert md_path.read_text().startswith("Table 1: x. n = 5.\n")
     assert "Table 1: x. n = 5." in tex_path.read_text()
     assert csv_path.read_text() == "policy\nP1\n"
@@ -655,6 +655,41 @@ def test_every_declared_table_and_figure_has_its_caption() -> None:
     for kind, declared in (("tables", tables()), ("figures", figures())):
         captions = {path.stem for path in (report / kind).glob("*.rst")}
         assert captions == set(declared), kind  # none missing, none orphaned
+
+
+def test_the_report_lists_the_tables_as_the_papers_number_them() -> None:
+    from grabrag.report.specs import paper_order, report_labels, tables
+
+    declared = list(tables())
+    ordered = paper_order(declared)
+    assert sorted(ordered) == sorted(declared)
+    assert ordered[:15] == [
+        "table1_hwsa",
+        "table2_policies",
+        "table3_qc_sources",
+        "table4_ner_labels",
+        "table5_swap_examples",
+        "table6_audit",
+        "table7_hwsa_ci",
+        "table8_fac_ci",
+        "table9_qc_sources",
+        "table10_aurc",
+        "table11_ece",
+        "table11b_ece15",
+        "table12_p3_sweep",
+        "table12b_cutoff_sweep",
+        "table13_seed_sensitivity",
+    ]
+    # the others keep their declared order: our GRAB-RAG additions, then each method's
+    rest = [name for name in declared if name not in ordered[:15]]
+    assert ordered[15:] == rest
+    assert rest.index("section6_aggregates") < rest.index("evid_results")
+    assert rest.index("evid_results") < rest.index("cdd_results")
+    labels = report_labels(ordered)
+    assert labels["table10_aurc"] == "10 table10_aurc"
+    # the report sorts its items by label as text: that sort keeps this order
+    assert sorted(labels.values()) == [labels[name] for name in ordered]
+    assert report_labels([f"t{i}" for i in range(120)])["t0"] == "001 t0"
 
 
 def test_the_features_of_a_config_choose_its_tables_and_figures() -> None:

@@ -15,6 +15,7 @@ from grabrag.report.tabular import (
     Label,
     Table,
     csv_text,
+    html_text,
     latex_escape,
     latex_text,
     markdown_text,
@@ -67,6 +68,39 @@ def test_an_empty_table_says_so() -> None:
     table = Table([], ["model", "value"])
     assert markdown_text(table) == "(no rows)"
     assert csv_text(table) == "model,value\n"
+
+
+def test_the_html_page_prints_the_caption_above_the_cells_as_the_csv_prints_them() -> None:
+    table = Table(
+        [
+            {"policy": "P1 <IDK>", "HwSA": pct(0.125), "n": 8, "note": None},
+            {"policy": "P2", "HwSA": NOT_AVAILABLE, "n": 4, "note": "a & b"},
+        ]
+    )
+    page = html_text(table, "Table 1: HwSA <%>.", "table1_hwsa")
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<title>table1_hwsa</title>" in page
+    assert "<caption>Table 1: HwSA &lt;%&gt;.</caption>" in page
+    assert "<thead><tr><th>policy</th><th>HwSA</th><th>n</th><th>note</th></tr></thead>" in page
+    # numbers right-aligned, text escaped, a missing value an empty cell
+    assert (
+        '<tr><td>P1 &lt;IDK&gt;</td><td class="number">12.5</td><td class="number">8</td>'
+        "<td></td></tr>" in page
+    )
+    assert '<td class="number">n/a</td><td class="number">4</td><td>a &amp; b</td>' in page
+    assert page.index("<caption>") < page.index("<thead>")
+
+
+def test_an_empty_table_page_says_so() -> None:
+    page = html_text(Table([], ["model", "value"]), "Caption.", "t")
+    assert '<tr><td colspan="2">(no rows)</td></tr>' in page
+
+
+def test_write_table_writes_the_page_with_the_note_after_the_caption(tmp_path: Path) -> None:
+    table = Table([{"policy": "P1"}], note="n = 5.")
+    paths = write_table(table, tmp_path / "t", "Table 1: x.")
+    assert [p.name for p in paths] == ["t.csv", "t.md", "t.tex", "t.tidy.csv", "t.html"]
+    assert "<caption>Table 1: x. n = 5.</caption>" in paths[4].read_text()
 
 
 def test_tidy_rows_name_their_cell_and_keep_the_numbers() -> None:

@@ -677,6 +677,7 @@ def test_report_stage_is_incremental(tiny_run: Path, tmp_path: Path) -> None:
         "abstention_over_datasets": 1,
         "cdd_diagnostics": 1,
         "table": len(reading),
+        "table_pages": 1,  # the tables' pages in the report's folder
         "figure": 3,  # Figure 2 (both forms) and the QC breakdown
         "all": 1,
     }, plan
@@ -701,19 +702,24 @@ def test_report_html(tiny_run: Path, tmp_path: Path) -> None:
     names = archive.namelist()
     for figure in FIGURE_NAMES:
         assert any(n.endswith(f"/{figure}.png") for n in names), figure
-    for table in TABLE_NAMES:
-        assert any(n.endswith(f"/{table}.csv") for n in names), table
+    for table in TABLE_NAMES:  # each table as its page (tests/test_report_pages.py opens them)
+        assert any(n.endswith(f"/{table}.html") for n in names), table
     (page,) = [n for n in names if n.endswith("report.html")]
     html = archive.read(page).decode()
-    # each table and figure has its own caption, grouped under Tables and Figures
-    assert "Table 1: HwSA at Q0 vs QC on paired QC-eligible questions" in html
-    assert "Table 13: seed sensitivity of HwSA" in html
-    assert "Table 5: QC swap examples" in html and "Section 6 aggregates" in html
+    pages = "".join(
+        archive.read(n).decode()
+        for n in names
+        if n.endswith(".html") and not n.endswith("report.html")
+    )
+    # each table's page and each figure has its own caption, under Tables and Figures
+    assert "Table 1: HwSA at Q0 vs QC on paired QC-eligible questions" in pages
+    assert "Table 13: seed sensitivity of HwSA" in pages
+    assert "Table 5: QC swap examples" in pages and "Section 6 aggregates" in pages
     assert "Figure 2: abstention rate by context condition, averaged over the datasets" in html
     assert '"Tables"' in html and '"Figures"' in html
-    assert "mailto:HwSA" not in html  # HwSA@QC stays text, not an e-mail link
+    assert "mailto:HwSA" not in html + pages  # HwSA@QC stays text, not an e-mail link
     # captions that name a setting render it from the config
-    assert "Table 12: P3 sensitivity to the F1 threshold, confidence cutoff 50 (%)" in html
+    assert "Table 12: P3 sensitivity to the F1 threshold, confidence cutoff 50 (%)" in pages
     assert "at the configured confidence cutoff (50)" in html
 
 

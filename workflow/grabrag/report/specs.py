@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,6 +185,33 @@ def figures() -> dict[str, FigureSpec]:
     """Every figure by name: the paper's, then those modules registered."""
     declared = [*_declared(FIGURE_MODULES, "FIGURES"), *_REGISTERED_FIGURES.values()]
     return {s.name: s for s in declared}
+
+
+# GRAB-RAG's numbered tables: "table11b_ece15" is Table 11b.
+_NUMBERED = re.compile(r"table(\d+)([a-z]?)_")
+
+
+def paper_order(tables: Sequence[str]) -> list[str]:
+    """Tables in the order a reader of the papers looks for them: GRAB-RAG's numbered
+    tables by number (Table 11b after 11, Table 12 after 11b), then the others as declared:
+    our additions to GRAB-RAG, EvidentialRAG's, CDD's, the TruthfulQA probe's, then those
+    a config's modules registered."""
+    declared = {name: position for position, name in enumerate(tables)}
+
+    def key(name: str) -> tuple[int, int, str, int]:
+        match = _NUMBERED.match(name)
+        if match:
+            return (0, int(match.group(1)), match.group(2), 0)
+        return (1, 0, "", declared[name])
+
+    return sorted(tables, key=key)
+
+
+def report_labels(names: Sequence[str]) -> dict[str, str]:
+    """Each name with its position in ``names`` ("07 table7_hwsa_ci"): the report sorts
+    its items by label as text, so the zero-padded position keeps them in this order."""
+    width = max(2, len(str(len(names))))
+    return {name: f"{i:0{width}d} {name}" for i, name in enumerate(names, 1)}
 
 
 def table_spec(name: str) -> TableSpec:

@@ -27,9 +27,9 @@ def display_policies(table: Table) -> Table:
 
 
 def write_table(table: Table, stem: str | Path, caption: str) -> list[Path]:
-    """CSV + Markdown + LaTeX of one table as printed (EVID_CB as "EVID+CB"; the note
+    """CSV + Markdown + LaTeX + HTML of one table as printed (EVID_CB as "EVID+CB"; the note
     after the caption) and its numbers in ``<stem>.tidy.csv`` (policy codes as the
-    decision files and metrics name them); returns the four paths."""
+    decision files and metrics name them); returns the five paths."""
     return _write_table(display_policies(table), stem, caption, tidy=table)
 
 

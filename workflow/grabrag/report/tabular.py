@@ -1,4 +1,4 @@
-"""Tables as rows, written as CSV, Markdown, LaTeX and a tidy numeric CSV, with polars.
+"""Tables as rows, written as CSV, Markdown, LaTeX, an HTML page and a tidy numeric CSV.
 
 A table builder returns a :class:`Table`: its rows (dicts in column order) and a note.
 A cell that shows a number is a :class:`Number`: the text the paper's layout prints
@@ -15,6 +15,7 @@ six decimals), so the files stay byte-identical across versions of the dataframe
 
 from __future__ import annotations
 
+import html
 import math
 import numbers
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -283,6 +284,54 @@ def latex_text(table: Table, caption: str) -> str:
     return "\n".join(lines)
 
 
+_PAGE_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #1e293b; }
+table { border-collapse: collapse; font-size: 0.9em; }
+caption { caption-side: top; text-align: left; max-width: 60em; padding-bottom: 0.8em;
+  line-height: 1.4; }
+th, td { padding: 0.25em 0.8em; border-bottom: 1px solid #e2e8f0; white-space: nowrap; }
+th { border-bottom: 2px solid #64748b; text-align: left; }
+td.number { text-align: right; font-variant-numeric: tabular-nums; }
+tbody tr:nth-child(even) { background: #f8fafc; }
+"""
+
+
+def _is_number_column(values: Sequence[Any]) -> bool:
+    present = [v for v in values if not _missing(v)]
+    return bool(present) and all(
+        isinstance(v, Number) or (isinstance(v, numbers.Real) and not isinstance(v, bool))
+        for v in present
+    )
+
+
+def html_text(table: Table, caption: str, title: str) -> str:
+    """The table as a page of its own: ``caption`` above it, numbers right-aligned, an
+    empty cell where a row has no value; the report opens it in place."""
+    cells = [_column_texts(table.column(c), "csv") for c in table.columns]
+    numeric = [_is_number_column(table.column(c)) for c in table.columns]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
+    body = []
+    for row in zip(*cells, strict=True):
+        tds = (
+            f'<td class="number">{html.escape(text or "")}</td>'
+            if is_number
+            else f"<td>{html.escape(text or '')}</td>"
+            for text, is_number in zip(row, numeric, strict=True)
+        )
+        body.append(f"<tr>{''.join(tds)}</tr>")
+    if not body:
+        body.append(f'<tr><td colspan="{max(1, len(table.columns))}">(no rows)</td></tr>')
+    rows = "\n".join(body)
+    return (
+        "<!DOCTYPE html>\n"
+        f'<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{_PAGE_STYLE}</style></head>\n<body>\n<table>\n"
+        f"<caption>{html.escape(caption)}</caption>\n"
+        f"<thead><tr>{head}</tr></thead>\n<tbody>\n{rows}\n</tbody>\n</table>\n"
+        "</body></html>\n"
+    )
+
+
 # --- the tidy numeric form ----------------------------------------------------------------
 
 KEYS = ("model", "dataset", "policy", "condition")
@@ -360,12 +409,12 @@ def tidy_frame(table: Table, name: str) -> pl.DataFrame:
 def write_table(
     table: Table, stem: str | Path, caption: str, tidy: Table | None = None
 ) -> list[Path]:
-    """``<stem>.csv``, ``.md``, ``.tex`` (as printed, the note after the caption) and
-    ``.tidy.csv`` (the numbers of ``tidy``, by default the table); returns the four
-    paths."""
+    """``<stem>.csv``, ``.md``, ``.tex``, ``.html`` (as printed, the note after the
+    caption) and ``.tidy.csv`` (the numbers of ``tidy``, by default the table); returns the
+    five paths."""
     caption = f"{caption} {table.note}" if table.note else caption
     stem = Path(stem)
-    paths = [stem.with_suffix(s) for s in (".csv", ".md", ".tex", ".tidy.csv")]
+    paths = [stem.with_suffix(s) for s in (".csv", ".md", ".tex", ".tidy.csv", ".html")]
     with atomic_write(paths[0]) as handle:
         handle.write(csv_text(table))
     with atomic_write(paths[1]) as handle:
@@ -374,6 +423,8 @@ def write_table(
         handle.write(latex_text(table, caption))
     with atomic_write(paths[3]) as handle:
         tidy_frame(tidy or table, stem.name).write_csv(handle)
+    with atomic_write(paths[4]) as handle:
+        handle.write(html_text(table, caption, stem.name))
     return paths
 
 
