@@ -12,8 +12,9 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 import yaml
@@ -70,6 +71,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 _GROUP = pytest.StashKey[str]()
 
 
+def unavailable(what: str, reason: str) -> NoReturn:
+    """A component this machine lacks (a browser, a cluster): one line and a skip, but a
+    failure under CI=true, where every component must be present."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true: {reason}", pytrace=False)
+    pytest.skip(f"{what} not run: {reason}")
+
+
+def install_missing_packages(
+    script: Path, missing: Callable[[], list[str]], what: str, timeout: float
+) -> list[str]:
+    """Run a Debian install script (apt-get, as root) when `missing()` names anything;
+    return what is still missing. A failed install that left something missing is
+    `unavailable`, with the script's output."""
+    if missing() and os.geteuid() == 0 and shutil.which("apt-get"):
+        install = subprocess.run(
+            ["bash", str(script)],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+        )
+        if install.returncode != 0 and missing():
+            unavailable(
+                what,
+                f"{script.name} failed ({install.returncode}):\n"
+                f"{(install.stdout + install.stderr)[-2000:]}",
+            )
+    return missing()
+
+
 def _rule_declarations() -> dict[str, str]:
     """Each rule of rules/*.smk, by name: the text from its `rule` line to the next one."""
     declarations = {}
@@ -96,6 +128,8 @@ def _model_rule_benchmarks() -> dict[str, str]:
 # listed there too. Each writes a benchmark (check_rules in rules/common.smk insists).
 MODEL_RULE_BENCHMARKS = _model_rule_benchmarks()
 MODEL_RULES = frozenset(MODEL_RULE_BENCHMARKS)
+# Every rule of rules/*.smk, those a config switches off included.
+RULE_NAMES = frozenset(_rule_declarations())
 
 
 def ensure_micro_model() -> Path:

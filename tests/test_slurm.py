@@ -36,13 +36,24 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import REPO, TINY, copy_run, snakemake, snakemake_command
+from .conftest import (
+    MODEL_RULES,
+    REPO,
+    RULE_NAMES,
+    TINY,
+    copy_run,
+    install_missing_packages,
+    snakemake,
+    snakemake_command,
+    unavailable,
+)
 from .test_workflow import _outputs, planned_jobs
 
 pytestmark = pytest.mark.integration
 
 SLURM_DIR = REPO / "tests" / "slurm"
 PROFILE = REPO / "profiles" / "slurm"
+SLURM_TEST = "real-SLURM test"
 INSTALL_TIMEOUT = 900
 REQUIRED_TOOLS = (
     "munged",
@@ -85,14 +96,6 @@ def _missing_tools() -> list[str]:
     return [tool for tool in REQUIRED_TOOLS if shutil.which(tool) is None]
 
 
-def _unavailable(reason: str) -> None:
-    """No cluster on this machine: one line and a skip, but a failure under CI=true, where
-    the cluster tests must always run."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true: {reason}", pytrace=False)
-    pytest.skip(f"real-SLURM test not run: {reason}")
-
-
 def _tail(text: str | bytes | None, n: int = 6000) -> str:
     if isinstance(text, bytes):
         text = text.decode(errors="replace")
@@ -133,28 +136,18 @@ def _alive(pid: int) -> bool:
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A running single-node SLURM; yields its state folder. Stopped by pid at the end."""
-    missing = _missing_tools()
-    if missing and os.geteuid() == 0 and shutil.which("apt-get"):
-        install = subprocess.run(
-            ["bash", str(SLURM_DIR / "install_packages.sh")],
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-            timeout=INSTALL_TIMEOUT,
-        )
-        missing = _missing_tools()
-        if install.returncode != 0 and missing:
-            _unavailable(
-                f"installing the SLURM packages failed ({install.returncode}):\n"
-                f"{_tail(install.stdout + install.stderr, 2000)}"
-            )
+    script = SLURM_DIR / "install_packages.sh"
+    missing = install_missing_packages(script, _missing_tools, SLURM_TEST, INSTALL_TIMEOUT)
     if missing:
-        _unavailable(
+        unavailable(
+            SLURM_TEST,
             f"SLURM is not installed (missing: {', '.join(missing)}) and cannot be installed "
-            f"here (needs root and apt-get: {SLURM_DIR / 'install_packages.sh'})"
+            f"here (needs root and apt-get: {script})",
         )
     if os.geteuid() != 0:
-        _unavailable("the SLURM test starts munged and the SLURM daemons: run it as root")
+        unavailable(
+            SLURM_TEST, "the SLURM test starts munged and the SLURM daemons: run it as root"
+        )
     # One test cluster per machine at a time (ports and /etc/slurm are global).
     lock = LOCK.open("w")
     deadline = time.monotonic() + LOCK_TIMEOUT
@@ -312,6 +305,26 @@ def gpu_rules(dry_run_output: str) -> set[str]:
         elif rule and line.strip().startswith("resources:") and "gpu=1" in line:
             rules.add(rule)
     return rules
+
+
+def test_the_profile_names_only_the_workflows_rules_and_places_every_rule() -> None:
+    """A misspelt rule name in the profile is ignored by Snakemake: its jobs would run one
+    SLURM job each with the default memory and runtime. The tiny run on the cluster below
+    plans only some rules, so the profile is checked here against every rule there is."""
+    profile = yaml.safe_load((PROFILE / "config.yaml").read_text())
+    for section in ("groups", "set-resources", "set-threads"):
+        unknown = set(profile[section]) - RULE_NAMES
+        assert not unknown, f"the profile's {section} names no rule: {sorted(unknown)}"
+    declared = re.search(
+        r"^localrules:\n((?:\s+\w+,\n)+)", (REPO / "rules" / "assets.smk").read_text(), re.MULTILINE
+    )
+    assert declared, "no localrules in rules/assets.smk"
+    local = set(re.findall(r"\w+", declared.group(1)))
+    assert local == {"fetch_asset", "plan"}
+    # each rule that runs as a job declares its memory and runtime
+    assert set(profile["set-resources"]) == RULE_NAMES - local
+    # every CPU rule is grouped; the model (GPU) rules run one SLURM job per cell
+    assert RULE_NAMES - local - set(profile["groups"]) == MODEL_RULES
 
 
 def test_tiny_config_on_slurm_equals_the_local_run(
