@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from grabrag.core.errors import ConfigError
-from grabrag.pipeline.config import validate_config
+from grabrag.pipeline.config import main as check_config_main
+from grabrag.pipeline.config import read_config_files, validate_config
 
 from .conftest import REPO
 
@@ -321,3 +322,66 @@ def test_nested_command_line_values_are_typed_as_the_schema_wants(embedded: dict
     assert checked["models"]["smollm2-135m"]["allow_cpu"] is True
     assert checked["generation"]["max_tokens"] == 64
     assert checked["generation"]["temperature"] == 0.0
+
+
+# --- checking config files before a run: python -m grabrag.pipeline.config ------------
+
+
+def test_config_files_merge_as_snakemake_merges_them(tmp_path: Path) -> None:
+    from snakemake.utils import update_config
+
+    overlay = tmp_path / "mine.yaml"
+    overlay.write_text(
+        "retrieval: {bm25_weight: 0.3}\nmodels: {qwen2.5-7b: {batch: 2}}\nseeds: [42, 7]\n"
+    )
+    files = [REPO / "config" / "paper.yaml", overlay]
+    expected: dict = {}
+    for path in files:
+        update_config(expected, yaml.safe_load(path.read_text()))
+    merged = read_config_files(files)
+    assert merged == expected
+    # a mapping merges at every depth, a list replaces the earlier one whole
+    assert merged["retrieval"]["bm25_weight"] == 0.3 and "encoder" in merged["retrieval"]
+    assert merged["seeds"] == [42, 7]
+    assert (
+        merged["models"]["qwen2.5-7b"]["batch"] == 2 and "asset" in merged["models"]["qwen2.5-7b"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("models:\n  m: {batch: 2\nseed: 1\n", "line 3, column 5"),
+        ("seed: 1\nmodels:\n\tm: 1\n", "line 3, column 1"),
+        ("names: [P0, P1\n", "line 2, column 1"),
+    ],
+)
+def test_a_yaml_error_in_a_config_file_names_the_file_line_and_column(
+    tmp_path: Path, text: str, where: str
+) -> None:
+    overlay = tmp_path / "mine.yaml"
+    overlay.write_text(text)
+    with pytest.raises(ConfigError, match="not valid YAML") as info:
+        read_config_files([REPO / "config" / "paper.yaml", overlay])
+    assert f"config file {overlay}, {where}: " in str(info.value)
+
+
+def test_a_config_file_without_top_level_keys_or_missing_is_named(tmp_path: Path) -> None:
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- seed\n- 7\n")
+    with pytest.raises(ConfigError, match=f"config file {listed}: holds a list, not keys"):
+        read_config_files([listed])
+    with pytest.raises(ConfigError, match=f"config file {tmp_path / 'none.yaml'}: cannot be read"):
+        read_config_files([tmp_path / "none.yaml"])
+
+
+def test_the_check_command_prints_one_line_and_its_verdict(tmp_path: Path, capsys) -> None:
+    assert check_config_main([str(REPO / "config" / "paper.yaml")]) == 0
+    assert capsys.readouterr().out.startswith("valid: ")
+    overlay = tmp_path / "mine.yaml"
+    overlay.write_text("seeds: [42, 42]\n")
+    assert check_config_main([str(REPO / "config" / "paper.yaml"), str(overlay)]) == 1
+    assert "Invalid config: config key 'seeds' lists 42 2 times" in capsys.readouterr().err
+    overlay.write_text("seeds: [42,\n")
+    assert check_config_main([str(overlay)]) == 1
+    assert f"config file {overlay}, line 2, column 1: not valid YAML" in capsys.readouterr().err

@@ -1,10 +1,18 @@
-"""Config validation against the one JSON schema, with defaults filled in."""
+"""Config validation against the one JSON schema, with defaults filled in.
+
+Run as a command, it checks config files before a run, as ``snakemake --configfile`` would
+combine them, and names the file, line and column of a YAML error (Snakemake reads
+``--configfile`` before the workflow starts and says only that a file is not YAML)::
+
+    python -m grabrag.pipeline.config config/paper.yaml my_changes.yaml
+"""
 
 from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -373,3 +381,73 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
     _check_evidential(checked)
     _check_contexts(checked)
     return checked
+
+
+def merge_config(base: dict[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
+    """``overlay`` merged into ``base`` as Snakemake merges config files: a mapping key by
+    key at every depth, any other value (a list included) replacing the earlier one."""
+    for key, value in overlay.items():
+        if isinstance(value, Mapping):
+            earlier = base.get(key)
+            base[key] = merge_config(earlier if isinstance(earlier, dict) else {}, value)
+        else:
+            base[key] = value
+    return base
+
+
+def read_config_files(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """The config that ``snakemake --configfile A B ...`` makes of these files, in order.
+
+    A file that is missing, is not YAML (JSON is YAML here), or does not hold keys at the
+    top level is a ConfigError naming the file, and for a YAML error its line and column.
+    """
+    merged: dict[str, Any] = {}
+    for path in map(Path, paths):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise ConfigError(f"config file {path}: cannot be read ({error.strerror})") from None
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(error, "problem", None) or str(error)
+            context = getattr(error, "context", None)
+            detail = f"{problem} ({context})" if context else problem
+            raise ConfigError(
+                f"config file {path}{where}: not valid YAML: {detail}; fix the file there "
+                "(indent with spaces, not tabs; close every bracket and quote)"
+            ) from None
+        if loaded is None:
+            continue
+        if not isinstance(loaded, Mapping):
+            raise ConfigError(
+                f"config file {path}: holds a {type(loaded).__name__}, not keys at the top "
+                "level (write it as `key: value` lines)"
+            )
+        merge_config(merged, loaded)
+    return merged
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Check the config that ``snakemake --configfile FILE ...`` would run: each file's
+    YAML, then the merged config's keys and references. Prints one line; 0 if it is valid."""
+    paths = list(sys.argv[1:] if argv is None else argv)
+    if not paths or paths[0] in ("-h", "--help"):
+        print("usage: python -m grabrag.pipeline.config CONFIG_FILE [CONFIG_FILE ...]")
+        return 0 if paths else 2
+    try:
+        checked = validate_config(read_config_files(paths))
+    except ConfigError as error:
+        print(f"Invalid config: {error}", file=sys.stderr)
+        return 1
+    print(
+        f"valid: {', '.join(paths)}: {len(checked['models'])} model(s), "
+        f"{len(checked['datasets'])} dataset(s), policies {', '.join(checked['policies']['names'])}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
