@@ -307,16 +307,15 @@ def _is_number_column(values: Sequence[Any]) -> bool:
 def html_text(table: Table, caption: str, title: str) -> str:
     """The table as a page of its own: ``caption`` above it, numbers right-aligned, an
     empty cell where a row has no value; the report opens it in place."""
-    cells = [_column_texts(table.column(c), "csv") for c in table.columns]
-    numeric = [_is_number_column(table.column(c)) for c in table.columns]
+    columns = [table.column(c) for c in table.columns]
+    cells = [_column_texts(values, "csv") for values in columns]
+    classes = [' class="number"' if _is_number_column(values) else "" for values in columns]
     head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
     body = []
     for row in zip(*cells, strict=True):
         tds = (
-            f'<td class="number">{html.escape(text or "")}</td>'
-            if is_number
-            else f"<td>{html.escape(text or '')}</td>"
-            for text, is_number in zip(row, numeric, strict=True)
+            f"<td{cls}>{html.escape(text or '')}</td>"
+            for text, cls in zip(row, classes, strict=True)
         )
         body.append(f"<tr>{''.join(tds)}</tr>")
     if not body:
