@@ -116,21 +116,27 @@ def _cluster_report(base: Path) -> str:
     return "\n".join(parts)
 
 
-def _pids(base: Path) -> dict[str, int]:
-    pids = {}
+def _start_time(pid: int) -> str | None:
+    """When the process with this pid started (field 22 of /proc/PID/stat), or None if
+    there is none or only a zombie. A pid alone may name another process by the time it is
+    checked: the kernel hands out pids again (pid_max is 32768 here, and the workflow's
+    processes and threads wrap it in minutes); a pid with its start time names one."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
+def _daemons(base: Path) -> dict[str, tuple[int, str]]:
+    """Each running daemon's pid file name, with its pid and that process's start time."""
+    daemons = {}
     for pidfile in (*base.glob("*.pid"), base / "db/run/mysqld.pid"):
         if pidfile.is_file() and pidfile.read_text().strip().isdigit():
-            pids[pidfile.name] = int(pidfile.read_text().strip())
-    return pids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(") ", 1)[1].startswith("Z"))
+            pid = int(pidfile.read_text().strip())
+            if (started := _start_time(pid)) is not None:
+                daemons[pidfile.name] = (pid, started)
+    return daemons
 
 
 @pytest.fixture(scope="session")
@@ -161,7 +167,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             time.sleep(2)
     base = Path(tempfile.mkdtemp(prefix="grabrag-slurm-"))
     base.chmod(0o755)  # mysql and munge read below it
-    started: dict[str, int] = {}
+    started: dict[str, tuple[int, str]] = {}
     try:
         up_log = base / "slurm_up.out"
         with up_log.open("w") as out:
@@ -176,7 +182,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
                 returncode = proc.returncode
             except subprocess.TimeoutExpired:
                 returncode = "timeout"
-        started = _pids(base)
+        started = _daemons(base)
         if returncode != 0:
             pytest.fail(
                 f"slurm_up.sh failed ({returncode}):\n{_tail(up_log.read_text())}\n"
@@ -185,7 +191,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             )
         yield base
     finally:
-        started.update(_pids(base))
+        started.update(_daemons(base))
         try:
             down = subprocess.run(
                 ["bash", str(SLURM_DIR / "slurm_down.sh"), str(base)],
@@ -202,7 +208,9 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
                 shutil.copytree(log, kept / log.name, dirs_exist_ok=True)
             elif log.exists():
                 shutil.copy(log, kept)
-        survivors = {name: pid for name, pid in started.items() if _alive(pid)}
+        survivors = {
+            name: pid for name, (pid, start) in started.items() if _start_time(pid) == start
+        }
         if not survivors:
             shutil.rmtree(base, ignore_errors=True)
         fcntl.flock(lock, fcntl.LOCK_UN)
