@@ -117,3 +117,43 @@ def test_readme_two_commands_are_what_ci_runs() -> None:
         if not line.startswith(("set ", "cd "))
     ]
     assert ci == readme, "README's two commands and .ci/run's commands differ"
+
+
+_PROJECT_INCLUDE = re.compile(r"-DCMAKE_PROJECT_llama\.cpp_INCLUDE=\$PWD/(\S+?)\"")
+
+
+def test_the_install_turns_off_llamas_common_library_after_llama_cpp_python_forces_it_on(
+    tmp_path: Path,
+) -> None:
+    """The README's CMAKE_ARGS name a project include that turns off llama.cpp's `common`
+    library. llama-cpp-python's CMakeLists forces that option on in the cache before it adds
+    llama.cpp, so a plain -DLLAMA_BUILD_COMMON=OFF cannot; the include runs at llama.cpp's
+    project() call, after the forcing. Checked with the real cmake on a project of the same
+    shape (the forcing parent, llama.cpp's project() and its option)."""
+    docs = [README.read_text(encoding="utf-8"), (DOCS / "gpu-and-cluster.md").read_text()]
+    named = {path for text in docs for path in _PROJECT_INCLUDE.findall(text)}
+    assert named == {"envs/llama-cpp-library-only.cmake"}, named
+    (tmp_path / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.21)\nproject(llama_cpp_python NONE)\n"
+        'set(LLAMA_BUILD_COMMON ON CACHE BOOL "" FORCE)\nadd_subdirectory(llama.cpp)\n'
+    )
+    (tmp_path / "llama.cpp").mkdir()
+    (tmp_path / "llama.cpp" / "CMakeLists.txt").write_text(
+        'project("llama.cpp" NONE)\noption(LLAMA_BUILD_COMMON "" ON)\n'
+        'message(STATUS "common library: ${LLAMA_BUILD_COMMON}")\n'
+    )
+
+    def configure(*args: str) -> str:
+        build = tmp_path / f"build{len(args)}"
+        proc = subprocess.run(
+            ["cmake", "-S", str(tmp_path), "-B", str(build), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    assert "common library: ON" in configure("-DLLAMA_BUILD_COMMON=OFF")
+    include = f"-DCMAKE_PROJECT_llama.cpp_INCLUDE={REPO / named.pop()}"
+    assert "common library: OFF" in configure(include)
