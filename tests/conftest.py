@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -150,37 +151,91 @@ def ensure_micro_model() -> Path:
     return target
 
 
+def ensure_test_assets() -> None:
+    """Every locally built asset of the tiny config: the micro model and the stand-ins of
+    the BIG-bench task files (tests/bigbench_standins.py), each with its manifest."""
+    global _standins_ready
+    ensure_micro_model()
+    if _standins_ready:
+        return
+    with LOCK_FILE.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            _build_bigbench_standins()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    _standins_ready = True
+
+
 LOCK_FILE = Path(tempfile.gettempdir()) / "grabrag-test-micro-model.lock"
+_standins_ready = False
+SQUAD_ASSET = "squad-v1.1-dev"
+NER_ASSET = "en-core-web-sm"
+KNOWLEDGE_CONFLICTS_STANDIN = "bigbench-knowledge-conflicts-standin"
+TRUTHFUL_QA_STANDIN = "bigbench-truthful-qa-standin"
+
+
+def _fetched(asset: str) -> Path:
+    """The file of one of the tiny config's registry assets, fetched through the workflow
+    into the shared resources when missing."""
+    from grabrag.data.assets import resolve
+
+    manifest = RESOURCES / asset / "manifest.json"
+    if not manifest.exists():
+        fetch = subprocess.run(
+            _command(Path(tempfile.mkdtemp(prefix="grabrag-fetch-")), str(manifest)),
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
+        assert fetch.returncode == 0, fetch.stdout[-3000:] + fetch.stderr[-3000:]
+    return resolve(manifest)
+
+
+def _built_asset(name: str, build: Callable[[Path], None], what: str) -> Path:
+    """A `path` asset of the tiny config made by ``build(target)`` unless its pinned bytes
+    are there already, and its manifest in the shared resources."""
+    from grabrag.data.asset_checks import sha256_file
+    from grabrag.data.assets import manifest_path, materialise
+
+    spec = yaml.safe_load(TINY.read_text())["assets"][name]
+    target = Path(spec["path"]).expanduser()
+    if not (target.is_file() and sha256_file(target) == spec["sha256"]):
+        build(target)
+        built = sha256_file(target)
+        assert built == spec["sha256"], (
+            f"{target} built by {what} has sha256 {built}, the tiny config pins "
+            f"{spec['sha256']}: {what} changed; update the pin of '{name}' in {TINY}"
+        )
+    manifest = Path(manifest_path(str(RESOURCES), name))
+    if not manifest.exists():
+        materialise(name, spec, manifest)
+    return target
 
 
 def _build_micro_model() -> Path:
-    from grabrag.data.asset_checks import sha256_file
-    from grabrag.data.assets import manifest_path, materialise, resolve
+    from .micro_model import build_micro_gguf
 
-    spec = yaml.safe_load(TINY.read_text())["assets"][MICRO_ASSET]
-    target = Path(spec["path"]).expanduser()
-    if not (target.is_file() and sha256_file(target) == spec["sha256"]):
-        from .micro_model import build_micro_gguf
+    return _built_asset(
+        MICRO_ASSET,
+        lambda target: build_micro_gguf(_fetched(REAL_MODEL_ASSET), target),
+        "tests/micro_model.py",
+    )
 
-        real = RESOURCES / REAL_MODEL_ASSET / "manifest.json"
-        if not real.exists():
-            fetch = subprocess.run(
-                _command(Path(tempfile.mkdtemp(prefix="grabrag-fetch-")), str(real)),
-                capture_output=True,
-                text=True,
-                cwd=REPO,
-            )
-            assert fetch.returncode == 0, fetch.stdout[-3000:] + fetch.stderr[-3000:]
-        build_micro_gguf(resolve(real), target)
-        built = sha256_file(target)
-        assert built == spec["sha256"], (
-            f"the micro model built from {resolve(real)} has sha256 {built}, the tiny config "
-            f"pins {spec['sha256']}: tests/micro_model.py changed; update the pin in {TINY}"
-        )
-    manifest = Path(manifest_path(str(RESOURCES), MICRO_ASSET))
-    if not manifest.exists():
-        materialise(MICRO_ASSET, spec, manifest)
-    return target
+
+def _build_bigbench_standins() -> None:
+    from .bigbench_standins import knowledge_conflicts_task, truthful_qa_questions, write_task
+
+    def conflicts(target: Path) -> None:
+        import spacy
+
+        squad = json.loads(_fetched(SQUAD_ASSET).read_text(encoding="utf-8"))
+        nlp = spacy.load(_fetched(NER_ASSET))
+        write_task(knowledge_conflicts_task(squad, nlp), target)
+
+    what = "tests/bigbench_standins.py"
+    _built_asset(KNOWLEDGE_CONFLICTS_STANDIN, conflicts, what)
+    _built_asset(TRUTHFUL_QA_STANDIN, lambda t: write_task(truthful_qa_questions(), t), what)
 
 
 def snakemake_command(
@@ -192,7 +247,7 @@ def snakemake_command(
 ) -> list[str]:
     """The real workflow in ``workdir`` with the tiny config and the shared resources."""
     if "-n" not in args and "--lint" not in args:
-        ensure_micro_model()
+        ensure_test_assets()
     return _command(workdir, *args, configfile=configfile, snakefile=snakefile, resources=resources)
 
 

@@ -17,6 +17,10 @@ the real loaders; only the bytes are small:
 * the two hub datasets: rows in the hub datasets' schemas and splits
   (tests/fixtures/hub/: NQ-open-gold's ``test`` split, HotpotQA distractor's
   ``validation``).
+
+One PyPI asset is replaced too: BIG-bench's TruthfulQA file, whose container (the bigbench
+1.0.0 sdist) PyPI no longer serves, is the tiny config's stand-in of it
+(tests/bigbench_standins.py).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from .chat_templates import BY_REPO
 from .micro_model import build_micro_gguf
 
 REPO = Path(__file__).resolve().parents[1]
+GONE_FROM_PYPI = "bigbench==1.0.0"
 HUB_FIXTURES = REPO / "tests" / "fixtures" / "hub"
 BGE = "BAAI/bge-small-en-v1.5"
 NLI = "MoritzLaurer/DeBERTa-v3-large-mnli-fever-anli-ling-wanli"
@@ -142,6 +147,13 @@ def build_upstream(root: Path, resources: Path, specs: dict[str, dict]) -> dict[
     return shas
 
 
+def _tiny_standin(member: str) -> dict[str, Any]:
+    """The tiny config's stand-in (a `path` asset) of a member of the bigbench sdist."""
+    assert member.endswith("truthful_qa/questions.json"), member
+    tiny = yaml.safe_load((REPO / "tests" / "config" / "tiny.yaml").read_text())
+    return tiny["assets"]["bigbench-truthful-qa-standin"]
+
+
 def rehearsal_config(
     shipped: Path,
     shas: dict[str, str],
@@ -162,6 +174,8 @@ def rehearsal_config(
     for name, spec in config["assets"].items():
         if "sha256" in spec and name in shas:
             spec["sha256"] = shas[name]
+        if spec.get("pypi") == GONE_FROM_PYPI:
+            config["assets"][name] = _tiny_standin(spec["member"])
     if models is not None:
         config["models"] = {m: config["models"][m] for m in models}
     if datasets is not None:

@@ -26,6 +26,7 @@ from grabrag.core.outputs import (
 from grabrag.pipeline.config import validate_config
 from grabrag.report.specs import table_spec
 
+from .bigbench_standins import TRUTHFUL_QA_EXAMPLES
 from .conftest import (
     MODEL_RULE_BENCHMARKS,
     MODEL_RULES,
@@ -855,11 +856,16 @@ def test_every_declared_output_kind_is_where_its_pattern_says(tiny_run: Path) ->
 
 
 def test_truthfulqa_probe_runs_every_policy_clean_and_injected(tiny_run: Path) -> None:
-    """The tiny config's probe on three questions: the real BIG-bench file read whole (299
-    rows, none malformed), paired contexts, every configured policy's decisions at both
-    conditions, and the table over them."""
+    """The tiny config's probe on three questions: the stand-in of BIG-bench's file read
+    whole (every row, none malformed), paired contexts, every configured policy's decisions
+    at both conditions, and the table over them."""
     report = json.loads((tiny_run / "results/data/truthfulqa/report.json").read_text())
-    assert (report["rows"], report["malformed_skipped"], report["questions"]) == (299, 0, 3)
+    rows_in_file = len(TRUTHFUL_QA_EXAMPLES)
+    assert (report["rows"], report["malformed_skipped"], report["questions"]) == (
+        rows_in_file,
+        0,
+        3,
+    )
     questions = read_jsonl(tiny_run / "results/data/truthfulqa/questions.jsonl")
     qids = [q["qid"] for q in questions]
     for question in questions:
