@@ -1,6 +1,6 @@
 """How often batched decoding decides as one-call-at-a-time decoding does, on the real model.
 
-    python benchmarks/batch_agreement.py [--questions 24] [--batch 16] [--dataset nq_bigbench]
+    python benchmarks/batch_agreement.py [--questions 24] [--batch 16] [--dataset squad]
 
 Runs the generation stage of the embedded default (SmolLM2-135M, every condition: Q100,
 Q50, Q0, QC, QX with P0-P2, and the closed-book CB) on ``--questions`` questions twice in
@@ -75,7 +75,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=24)
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--dataset", default="nq_bigbench")
+    parser.add_argument("--dataset", default="squad")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     args = parser.parse_args()

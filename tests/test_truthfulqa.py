@@ -233,21 +233,35 @@ def _embedded() -> dict:
     return yaml.safe_load((REPO / "config.yaml").read_text())
 
 
-def test_the_probe_is_off_in_the_embedded_default_and_its_asset_is_declared() -> None:
+def _with_truthfulqa_copy() -> dict:
+    """The embedded default with a local copy of BIG-bench's truthful_qa/questions.json
+    declared under the probe's default asset name (its PyPI container is gone)."""
+    config = _embedded()
+    config["assets"]["bigbench-truthful-qa"] = {"path": "/data/questions.json", "sha256": "0" * 64}
+    return config
+
+
+def test_the_probe_is_off_in_the_embedded_default_and_needs_a_declared_copy() -> None:
     config = validate_config(_embedded())
     assert config["truthfulqa_probe"] is None
-    assert "pypi" in config["assets"]["bigbench-truthful-qa"]
-    on = validate_config({**_embedded(), "truthfulqa_probe": {"asset": "bigbench-truthful-qa"}})
+    # the bigbench sdist that carried TruthfulQA is gone from PyPI: turning the probe on
+    # without a copy of the file names the asset to declare and how
+    assert "bigbench-truthful-qa" not in config["assets"]
+    with pytest.raises(ConfigError, match="names asset 'bigbench-truthful-qa'.*no longer on PyPI"):
+        validate_config({**_embedded(), "truthfulqa_probe": 5})
+    on = validate_config(
+        {**_with_truthfulqa_copy(), "truthfulqa_probe": {"asset": "bigbench-truthful-qa"}}
+    )
     assert on["truthfulqa_probe"]["n_questions"] is None  # all 299
     # a number is short for that many questions from the default asset (--config ...=N)
-    short = validate_config({**_embedded(), "truthfulqa_probe": 5})
+    short = validate_config({**_with_truthfulqa_copy(), "truthfulqa_probe": 5})
     assert short["truthfulqa_probe"] == {"asset": "bigbench-truthful-qa", "n_questions": 5}
 
 
 def test_probe_config_errors_name_the_key() -> None:
     with pytest.raises(ConfigError, match="'truthfulqa_probe.asset' names asset 'nope'"):
         validate_config({**_embedded(), "truthfulqa_probe": {"asset": "nope"}})
-    config = _embedded()
+    config = _with_truthfulqa_copy()
     config["datasets"]["truthfulqa"] = config["datasets"]["squad"]
     config["truthfulqa_probe"] = {"asset": "bigbench-truthful-qa"}
     with pytest.raises(ConfigError, match="a dataset named 'truthfulqa'"):
@@ -256,7 +270,10 @@ def test_probe_config_errors_name_the_key() -> None:
 
 def test_the_plan_counts_the_probe_calls() -> None:
     config = validate_config(
-        {**_embedded(), "truthfulqa_probe": {"asset": "bigbench-truthful-qa", "n_questions": 5}}
+        {
+            **_with_truthfulqa_copy(),
+            "truthfulqa_probe": {"asset": "bigbench-truthful-qa", "n_questions": 5},
+        }
     )
     rows = {row["rule"]: row for row in model_calls(config)}
     probe = rows["generate_context_prompts (TruthfulQA probe)"]

@@ -314,7 +314,13 @@ def _check_truthfulqa_probe(checked: Mapping[str, Any]) -> None:
     probe = checked.get("truthfulqa_probe")
     if not probe:
         return
-    _need_asset(checked["assets"], "truthfulqa_probe.asset", probe["asset"])
+    if probe["asset"] not in checked["assets"]:
+        raise ConfigError(
+            f"config key 'truthfulqa_probe.asset' names asset '{probe['asset']}', which is "
+            "not under 'assets': declare BIG-bench's truthful_qa/questions.json there. Its "
+            "container, the bigbench 1.0.0 sdist, is no longer on PyPI: give a copy you have "
+            "with 'path' and 'sha256' (docs/cdd.md)"
+        )
     if TRUTHFULQA in checked["datasets"]:
         raise ConfigError(
             f"config key 'datasets' has a dataset named '{TRUTHFULQA}', the name of the "
