@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -461,6 +462,57 @@ def test_pypi_package_not_found(
     assert requirement in message
     assert "pip download" in message
     _assert_nothing_left(manifest.parent)
+
+
+@pytest.fixture
+def json_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A package index on loopback that answers PEP 691 JSON listings from files under the
+    returned folder (<project>/index.html), set as $PIP_INDEX_URL."""
+    import functools
+    import http.server
+    import threading
+
+    root = tmp_path / "simple"
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.delenv("PIP_NO_INDEX", raising=False)
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{server.server_address[1]}/simple")
+    monkeypatch.setenv("GRABRAG_CACHE", str(tmp_path / "cache"))
+    try:
+        yield root
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _listing(root: Path, project: str, versions: list[str]) -> None:
+    files = [
+        {"filename": f"{project}-{v}.tar.gz", "hashes": {"sha256": "ab" * 32}, "url": "x"}
+        for v in versions
+    ]
+    (root / project).mkdir()
+    (root / project / "index.html").write_text(json.dumps({"files": files, "versions": versions}))
+
+
+def test_a_release_the_index_no_longer_lists_says_to_declare_a_copy(
+    json_index: Path, tmp_path: Path
+) -> None:
+    """bigbench 1.0.0 vanished from PyPI, leaving 0.0.1: the error says so and what to do,
+    where a checksum that matches no file of a listed release says to check the pin."""
+    _listing(json_index, "bigbench", ["0.0.1"])
+    spec = {"pypi": "bigbench==1.0.0", "member": "a/b.json", "container_sha256": "00" * 32}
+    manifest = tmp_path / "res" / "gone" / MANIFEST
+    with pytest.raises(AssetError) as excinfo:
+        materialise("gone", spec, manifest)
+    message = str(excinfo.value)
+    assert "asset 'gone'" in message and "no release 1.0.0 of it (only 0.0.1)" in message
+    assert "declare the asset with 'path' and 'sha256'" in message
+    _assert_nothing_left(manifest.parent)
+    with pytest.raises(AssetError, match="check the asset's 'pypi' requirement and checksum"):
+        materialise("gone", {**spec, "pypi": "bigbench==0.0.1"}, manifest)
 
 
 # --------------------------------------------------------------------------- path source

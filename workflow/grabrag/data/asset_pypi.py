@@ -103,6 +103,23 @@ def _pip_download(name: str, requirement: str, dest: Path) -> Path:
 
 
 PYPI_SIMPLE = "https://pypi.org/simple"
+
+
+def _missing_release_hint(requirement: str, listing: dict) -> str:
+    """What to do when the index has no file with the pinned checksum: a release the index
+    no longer lists (withdrawn or deleted, as bigbench 1.0.0 was) cannot be fetched from
+    there at all, so the way on is a copy of the file; otherwise the pin is wrong."""
+    version = requirement.partition("==")[2].strip()
+    listed = [str(v) for v in listing.get("versions") or []]
+    if version and listed and version not in listed:
+        return (
+            f"the index lists no release {version} of it (only {', '.join(listed)}): it was "
+            "withdrawn or deleted there. With a copy of the file, declare the asset with "
+            "'path' and 'sha256' instead of 'pypi'"
+        )
+    return "check the asset's 'pypi' requirement and checksum"
+
+
 CHUNK = 1 << 20
 
 
@@ -133,8 +150,8 @@ def _index_download(name: str, requirement: str, sha256: str, dest: Path) -> Pat
     if sha256 not in files:
         raise AssetError(
             f"asset '{name}': no file of package {project} on {index} has the configured "
-            f"container_sha256 {sha256} ({len(files)} files listed); check the asset's "
-            "'pypi' requirement and checksum"
+            f"container_sha256 {sha256} ({len(files)} files listed); "
+            + _missing_release_hint(requirement, listing)
         )
     chosen = files[sha256]
     url = urllib.parse.urljoin(f"{index}/{project}/", chosen["url"])
