@@ -11,25 +11,42 @@ BASE=$(cd "$BASE" && pwd)
 
 log() { echo "[slurm_down $(date +%T)] $*"; }
 
-# stop NAME PIDFILE: SIGTERM the pid, wait up to 20 s, then SIGKILL.
+# start_time PID: the process's start time in clock ticks since boot (field 22 of
+# /proc/PID/stat, read after the parenthesised name, which may hold spaces); empty when no
+# process has that pid. A pid names a process only with its start time: pids are reused
+# within minutes here (pid_max 32768 against the workflow's many short processes).
+start_time() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  stat=${stat##*) }
+  # shellcheck disable=SC2086  # split the fields on purpose
+  set -- $stat
+  echo "${20}"
+}
+
+# stop NAME PIDFILE: SIGTERM the pid, wait up to 20 s for that process (the pid with the
+# start time it had) to end, then SIGKILL it, never a later process given the same pid.
 stop() {
-  local name=$1 pidfile=$2 pid
+  local name=$1 pidfile=$2 pid started
   [ -s "$pidfile" ] || return 0
   pid=$(tr -dc 0-9 <"$pidfile")
   [ -n "$pid" ] || return 0
-  if ! kill -0 "$pid" 2>/dev/null; then
+  started=$(start_time "$pid")
+  if [ -z "$started" ]; then
     rm -f "$pidfile"
     return 0
   fi
   log "stopping $name (pid $pid)"
   kill -TERM "$pid" 2>/dev/null
   for _ in $(seq 40); do
-    kill -0 "$pid" 2>/dev/null || { rm -f "$pidfile"; return 0; }
+    [ "$(start_time "$pid")" = "$started" ] || { rm -f "$pidfile"; return 0; }
     sleep 0.5
   done
-  log "$name (pid $pid) ignored SIGTERM; sending SIGKILL"
-  kill -KILL "$pid" 2>/dev/null
-  sleep 0.5
+  if [ "$(start_time "$pid")" = "$started" ]; then
+    log "$name (pid $pid) ignored SIGTERM; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null
+    sleep 0.5
+  fi
   rm -f "$pidfile"
 }
 
