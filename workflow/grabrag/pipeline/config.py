@@ -114,12 +114,15 @@ def _check_asset_files(assets: Mapping[str, Any]) -> None:
             )
 
 
-def _need_asset(assets: Mapping[str, Any], key: str, name: str | None) -> None:
-    """The asset that config key ``key`` names (None: none) is declared under 'assets'."""
+def _need_asset(
+    assets: Mapping[str, Any], key: str, name: str | None, what_to_do: str = ""
+) -> None:
+    """The asset that config key ``key`` names (None: none) is declared under 'assets';
+    ``what_to_do`` ends the error where the key's asset needs more than a name."""
     if name is not None and name not in assets:
         raise ConfigError(
             f"config key '{key}' names asset '{name}', which is not under 'assets' "
-            f"(known: {', '.join(sorted(assets))})"
+            f"(known: {', '.join(sorted(assets))}){what_to_do}"
         )
 
 
@@ -314,13 +317,14 @@ def _check_truthfulqa_probe(checked: Mapping[str, Any]) -> None:
     probe = checked.get("truthfulqa_probe")
     if not probe:
         return
-    if probe["asset"] not in checked["assets"]:
-        raise ConfigError(
-            f"config key 'truthfulqa_probe.asset' names asset '{probe['asset']}', which is "
-            "not under 'assets': declare BIG-bench's truthful_qa/questions.json there. Its "
-            "container, the bigbench 1.0.0 sdist, is no longer on PyPI: give a copy you have "
-            "with 'path' and 'sha256' (docs/cdd.md)"
-        )
+    _need_asset(
+        checked["assets"],
+        "truthfulqa_probe.asset",
+        probe["asset"],
+        ": declare BIG-bench's truthful_qa/questions.json there. Its container, the bigbench "
+        "1.0.0 sdist, is no longer on PyPI: give a copy you have with 'path' and 'sha256' "
+        "(docs/cdd.md)",
+    )
     if TRUTHFULQA in checked["datasets"]:
         raise ConfigError(
             f"config key 'datasets' has a dataset named '{TRUTHFULQA}', the name of the "
