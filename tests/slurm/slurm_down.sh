@@ -13,14 +13,16 @@ log() { echo "[slurm_down $(date +%T)] $*"; }
 
 # start_time PID: the process's start time in clock ticks since boot (field 22 of
 # /proc/PID/stat, read after the parenthesised name, which may hold spaces); empty when no
-# process has that pid. A pid names a process only with its start time: pids are reused
-# within minutes here (pid_max 32768 against the workflow's many short processes).
+# process has that pid, or only a zombie (as tests/test_slurm.py's _start_time reads it). A
+# pid names a process only with its start time: pids are reused within minutes here
+# (pid_max 32768 against the workflow's many short processes).
 start_time() {
   local stat
   stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
   stat=${stat##*) }
   # shellcheck disable=SC2086  # split the fields on purpose
   set -- $stat
+  [ "$1" = Z ] && return 0
   echo "${20}"
 }
 
