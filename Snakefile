@@ -38,7 +38,7 @@ include: "rules/report.smk"
 rule all:
     default_target: True
     input:
-        all_targets(),
+        RUN.targets(),
 
 
 # Every rule that runs a script passes its code hash, every GPU rule writes a benchmark.

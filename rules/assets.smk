@@ -18,7 +18,7 @@ rule fetch_asset:
     resources:
         downloads=1,
     params:
-        spec=lambda wildcards: stable(config["assets"][wildcards.asset]),
+        spec=asset_spec,
         code=script_code("fetch_asset.py"),
     script:
         "../workflow/scripts/fetch_asset.py"

@@ -23,15 +23,15 @@ rule cdd_generate:
         gpu=model_gpus,
     params:
         model=model_settings,
-        generation=cdd_generation_settings(),
+        generation=RUN.cdd_generation_settings(),
         cdd=stable({k: config["cdd"][k] for k in ("parametric", "diagnostics", "gate")}),
-        checkpoint=checkpoint_in(cdd_dir, ".traces_checkpoint.jsonl"),
+        checkpoint=checkpoint_in("cdd", ".traces_checkpoint.jsonl"),
         code=script_code("cdd_generate.py"),
     script:
         "../workflow/scripts/cdd_generate.py"
 
 
-if CDD_BASELINES:
+if RUN.cdd_baselines:
 
     rule baselines_generate:
         input:
@@ -40,7 +40,7 @@ if CDD_BASELINES:
         output:
             **{
                 name: f"results/cdd/{{model}}/{{dataset}}/{{condition}}/{name}.jsonl"
-                for name in CDD_BASELINES
+                for name in RUN.cdd_baselines
             },
         log:
             "results/logs/baselines_generate/{model}/{dataset}/{condition}.log",
@@ -53,8 +53,8 @@ if CDD_BASELINES:
             gpu=model_gpus,
         params:
             model=model_settings,
-            generation=generation_settings(),
-            checkpoint=checkpoint_in(cdd_dir, ".baselines_checkpoint.jsonl"),
+            generation=RUN.generation_settings(),
+            checkpoint=checkpoint_in("cdd", ".baselines_checkpoint.jsonl"),
             code=script_code("cdd_baselines.py"),
         script:
             "../workflow/scripts/cdd_baselines.py"
@@ -62,12 +62,12 @@ if CDD_BASELINES:
 
 rule cdd_diagnostics:
     input:
-        contexts=expand(CONTEXT_FILE, condition=GENERATION_CONDITIONS, allow_missing=True),
+        contexts=expand(CONTEXT_FILE, condition=RUN.conditions, allow_missing=True),
         traces=expand(
             "results/cdd/{{model}}/{{dataset}}/{condition}/traces.jsonl",
-            condition=GENERATION_CONDITIONS if CDD_TRACES else [],
+            condition=RUN.conditions if RUN.cdd_traces else [],
         ),
-        decisions=lambda wildcards: files(DECISION_FILE, cdd_decision_cells(wildcards)),
+        decisions=lambda w: files(DECISION_FILE, cdd_decision_cells(w)),
     output:
         diagnostics="results/cdd/{model}/{dataset}/diagnostics.csv",
     log:
@@ -76,8 +76,8 @@ rule cdd_diagnostics:
         GRABRAG_ENV
     params:
         # contexts and traces are one file per condition, in this order
-        conditions=GENERATION_CONDITIONS,
-        traces=CDD_TRACES,
+        conditions=RUN.conditions,
+        traces=RUN.cdd_traces,
         decision_cells=cdd_decision_cells,
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],

@@ -9,7 +9,7 @@ rule build_contexts:
         questions=base_file("data", "questions.jsonl"),
         corpus=base_file("data", "corpus.jsonl"),
         ranking=base_file("retrieval", "hard_negatives.jsonl"),
-        tokenizer=asset_manifest(tokenizer_asset()),
+        tokenizer=TOKENIZER,
     output:
         rows="results/contexts/{dataset}/{condition}.jsonl",
     log:
@@ -21,9 +21,9 @@ rule build_contexts:
     conda:
         GRABRAG_ENV
     params:
-        contexts=lambda wildcards: context_settings(wildcards.condition),
+        contexts=lambda w: RUN.context_settings(w.condition),
         seed=construction_seed,
-        tokenizer=tokenizer_asset(),
+        tokenizer=RUN.tokenizer_asset(),
         code=script_code("build_contexts.py"),
     script:
         "../workflow/scripts/build_contexts.py"
@@ -36,7 +36,7 @@ rule contexts_report:
         questions=base_file("data", "questions.jsonl"),
         corpus=base_file("data", "corpus.jsonl"),
         ranking=base_file("retrieval", "hard_negatives.jsonl"),
-        tokenizer=asset_manifest(tokenizer_asset()),
+        tokenizer=TOKENIZER,
     output:
         report="results/contexts/{dataset}/report.json",
     log:
@@ -46,9 +46,9 @@ rule contexts_report:
     conda:
         GRABRAG_ENV
     params:
-        contexts=lambda wildcards: context_settings(None),
+        contexts=RUN.context_settings(None),
         seed=construction_seed,
-        tokenizer=tokenizer_asset(),
+        tokenizer=RUN.tokenizer_asset(),
         code=script_code("build_contexts.py"),
     script:
         "../workflow/scripts/build_contexts.py"

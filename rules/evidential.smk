@@ -23,10 +23,10 @@ rule evidential_evaluate:
         gpu=evaluator_gpus,
     params:
         evaluator_name=evaluator_name,
-        evaluator=lambda wildcards: stable(config["models"][evaluator_name(wildcards)]),
-        generation=generation_settings(),
+        evaluator=evaluator_settings,
+        generation=RUN.generation_settings(),
         max_tokens=config["evidential"]["evaluator_max_tokens"],
-        checkpoint=checkpoint_in(evidential_dir, ".evaluate_checkpoint.jsonl"),
+        checkpoint=checkpoint_in("evidential", ".evaluate_checkpoint.jsonl"),
         code=script_code("evidential_evaluate.py"),
     script:
         "../workflow/scripts/evidential_evaluate.py"
@@ -41,7 +41,7 @@ rule evidential_generate:
     output:
         **{
             policy: f"results/evidential/{{model}}/{{dataset}}/{{condition}}/{policy}.jsonl"
-            for policy in EVID_POLICIES
+            for policy in RUN.evid_policies
         },
         report="results/evidential/{model}/{dataset}/{condition}/generate_report.json",
     log:
@@ -55,10 +55,10 @@ rule evidential_generate:
         gpu=model_gpus,
     params:
         model=model_settings,
-        generation=generation_settings(),
-        fusion=fusion_settings(),
+        generation=RUN.generation_settings(),
+        fusion=RUN.fusion_settings(),
         code=script_code("evidential_generate.py"),
-        checkpoint=checkpoint_in(evidential_dir, ".generate_checkpoint.jsonl"),
+        checkpoint=checkpoint_in("evidential", ".generate_checkpoint.jsonl"),
     script:
         "../workflow/scripts/evidential_generate.py"
 
@@ -67,9 +67,9 @@ rule evidential_sweep:
     input:
         evaluations=expand(
             "results/evidential/{{model}}/{{dataset}}/{condition}/evaluations.jsonl",
-            condition=GENERATION_CONDITIONS,
+            condition=RUN.conditions,
         ),
-        contexts=expand(CONTEXT_FILE, condition=GENERATION_CONDITIONS, allow_missing=True),
+        contexts=expand(CONTEXT_FILE, condition=RUN.conditions, allow_missing=True),
         cb=closed_book_cell,
     output:
         sweep="results/evidential/{model}/{dataset}/sweep.csv",
@@ -79,8 +79,8 @@ rule evidential_sweep:
         GRABRAG_ENV
     params:
         # evaluations and contexts are one file per condition, in this order
-        conditions=GENERATION_CONDITIONS,
-        fusion=fusion_settings(),
+        conditions=RUN.conditions,
+        fusion=RUN.fusion_settings(),
         grid=stable({k: config["evidential"][k] for k in ("lambda_grid", "tau_grid")}),
         code=script_code("evidential_sweep.py"),
     script:
@@ -91,20 +91,20 @@ rule evidential_efficiency:
     input:
         p0=expand(
             GENERATION_FILE,
-            condition=GENERATION_CONDITIONS,
+            condition=RUN.conditions,
             prompt="P0",
             allow_missing=True,
         ),
         p1=expand(
             GENERATION_FILE,
-            condition=GENERATION_CONDITIONS,
+            condition=RUN.conditions,
             prompt="P1",
             allow_missing=True,
         ),
-        evidential=lambda wildcards: files(EVIDENTIAL_FILE, evidential_cells(wildcards)),
+        evidential=lambda w: files(EVIDENTIAL_FILE, evidential_cells(w)),
         reports=expand(
             "results/evidential/{{model}}/{{dataset}}/{condition}/{stage}_report.json",
-            condition=GENERATION_CONDITIONS,
+            condition=RUN.conditions,
             stage=("evaluate", "generate"),
         ),
         cb=closed_book_cell,
@@ -115,7 +115,7 @@ rule evidential_efficiency:
     conda:
         GRABRAG_ENV
     params:
-        conditions=GENERATION_CONDITIONS,
+        conditions=RUN.conditions,
         evidential_cells=evidential_cells,
         code=script_code("evidential_efficiency.py"),
     script:

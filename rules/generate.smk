@@ -22,8 +22,8 @@ rule generate_context_prompts:
         gpu=model_gpus,
     params:
         model=model_settings,
-        generation=generation_settings(),
-        checkpoint=checkpoint_in(generation_dir, ".checkpoint.jsonl"),
+        generation=RUN.generation_settings(),
+        checkpoint=checkpoint_in("generation", ".checkpoint.jsonl"),
         code=script_code("generate.py"),
     script:
         "../workflow/scripts/generate.py"
@@ -46,8 +46,8 @@ rule generate_closed_book:
         gpu=model_gpus,
     params:
         model=model_settings,
-        generation=generation_settings(),
-        checkpoint=checkpoint_in(closed_book_dir, ".checkpoint.jsonl"),
+        generation=RUN.generation_settings(),
+        checkpoint=checkpoint_in("generation", ".checkpoint.jsonl", CLOSED_BOOK),
         code=script_code("generate.py"),
     script:
         "../workflow/scripts/generate.py"

@@ -7,7 +7,7 @@ rule nli:
     input:
         contexts="results/contexts/{dataset}/{condition}.jsonl",
         cb=closed_book_cell,
-        verifier=nli_asset,
+        verifier=verifier_asset,
     output:
         nli="results/nli/{model}/{dataset}/{condition}.jsonl",
     log:
@@ -16,9 +16,9 @@ rule nli:
         "results/benchmarks/nli/{model}/{dataset}/{condition}.tsv"
     conda:
         GRABRAG_ENV
-    threads: nli_threads
+    threads: verifier_threads
     resources:
-        gpu=nli_gpus,
+        gpu=verifier_gpus,
     params:
         nli=stable(config["nli"]),
         model=model_settings,

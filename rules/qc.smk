@@ -6,26 +6,22 @@ rule entity_pool:
     input:
         questions="results/data/{dataset}/questions.jsonl",
         corpus="results/data/{dataset}/corpus.jsonl",
-        ner=asset_manifest(config["ner"]["asset"]),
-        ner_tokenizer=ner_tokenizer_asset(),
+        ner=NER,
+        ner_tokenizer=NER_TOKENIZER,
         # qc.pool dataset_gold reads every gold passage of the source split.
-        source=lambda wildcards: (
-            dataset_asset(wildcards) if config["qc"]["pool"] == "dataset_gold" else []
-        ),
+        source=pool_source,
     output:
         pool="results/qc/{dataset}/entity_pool.json",
     log:
         "results/logs/entity_pool/{dataset}.log",
-    priority: ner_priority()
+    priority: NER_PRIORITY
     conda:
         GRABRAG_ENV
-    threads: ner_threads()
+    threads: NER_THREADS
     params:
         ner=stable(config["ner"]),
         pool_source=config["qc"]["pool"],
-        adapter=lambda wildcards: config["datasets"][configured_dataset(wildcards.dataset)][
-            "adapter"
-        ],
+        adapter=dataset_adapter,
         code=script_code("entity_pool.py"),
     script:
         "../workflow/scripts/entity_pool.py"
@@ -35,18 +31,18 @@ rule swaps:
     input:
         questions=base_file("data", "questions.jsonl"),
         pool=base_file("qc", "entity_pool.json"),
-        ner=asset_manifest(config["ner"]["asset"]),
-        ner_tokenizer=ner_tokenizer_asset(),
+        ner=NER,
+        ner_tokenizer=NER_TOKENIZER,
     output:
         swaps="results/qc/{dataset}/swaps.jsonl",
         table="results/qc/{dataset}/swaps.csv",
         summary="results/qc/{dataset}/summary.json",
     log:
         "results/logs/swaps/{dataset}.log",
-    priority: ner_priority()
+    priority: NER_PRIORITY
     conda:
         GRABRAG_ENV
-    threads: ner_threads()
+    threads: NER_THREADS
     params:
         ner=stable(config["ner"]),
         seed=construction_seed,
@@ -62,7 +58,7 @@ rule qc_contexts:
         ranking=base_file("retrieval", "hard_negatives.jsonl"),
         paired="results/contexts/{dataset}/Q0.jsonl",
         swaps="results/qc/{dataset}/swaps.jsonl",
-        tokenizer=asset_manifest(tokenizer_asset()),
+        tokenizer=TOKENIZER,
     output:
         QC="results/contexts/{dataset}/QC.jsonl",
         report="results/contexts/{dataset}/QC_report.json",
@@ -72,7 +68,7 @@ rule qc_contexts:
     conda:
         GRABRAG_ENV
     params:
-        contexts=context_settings("QC"),
+        contexts=RUN.context_settings("QC"),
         seed=construction_seed,
         condition="QC",
         code=script_code("swapped_contexts.py"),
@@ -109,7 +105,7 @@ rule qx_contexts:
         ranking=base_file("retrieval", "hard_negatives.jsonl"),
         paired="results/contexts/{dataset}/QC.jsonl",
         swaps="results/qc/{dataset}/swaps.jsonl",
-        tokenizer=asset_manifest(tokenizer_asset()),
+        tokenizer=TOKENIZER,
     output:
         QX="results/contexts/{dataset}/QX.jsonl",
         report="results/contexts/{dataset}/QX_report.json",
@@ -119,7 +115,7 @@ rule qx_contexts:
     conda:
         GRABRAG_ENV
     params:
-        contexts=context_settings("QX"),
+        contexts=RUN.context_settings("QX"),
         seed=construction_seed,
         condition="QX",
         code=script_code("swapped_contexts.py"),

@@ -7,7 +7,7 @@ rule audit_hwsa:
     input:
         audit=audit_ratings,
         qc_contexts="results/contexts/{dataset}/QC.jsonl",
-        decisions=lambda wildcards: files(DECISION_FILE, audit_decision_cells(wildcards)),
+        decisions=lambda w: files(DECISION_FILE, audit_decision_cells(w)),
     output:
         table="results/qc/{dataset}/audit_hwsa.csv",
     log:
@@ -23,8 +23,8 @@ rule audit_hwsa:
 
 rule metrics:
     input:
-        decisions=lambda wildcards: files(DECISION_FILE, metric_decision_cells(wildcards.dataset)),
-        contexts=lambda wildcards: files(CONTEXT_FILE, metric_context_cells(wildcards.dataset)),
+        decisions=lambda w: files(DECISION_FILE, metric_decision_cells(w)),
+        contexts=lambda w: files(CONTEXT_FILE, metric_context_cells(w)),
     output:
         metrics="results/metrics/{dataset}.csv",
     log:
@@ -35,43 +35,39 @@ rule metrics:
         code=script_code("metrics.py"),
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
-        decision_cells=lambda wildcards: labelled(metric_decision_cells(wildcards.dataset)),
-        context_cells=lambda wildcards: labelled(metric_context_cells(wildcards.dataset)),
+        decision_cells=lambda w: RUN.labelled(metric_decision_cells(w)),
+        context_cells=lambda w: RUN.labelled(metric_context_cells(w)),
     script:
         "../workflow/scripts/metrics.py"
 
 
 rule pooled_metrics:
     input:
-        decisions=lambda wildcards: files(
-            DECISION_FILE, seeded(metric_decision_cells(wildcards.dataset))
-        ),
-        contexts=lambda wildcards: files(
-            CONTEXT_FILE, seeded(metric_context_cells(wildcards.dataset))
-        ),
+        decisions=lambda w: files(DECISION_FILE, RUN.seeded(metric_decision_cells(w))),
+        contexts=lambda w: files(CONTEXT_FILE, RUN.seeded(metric_context_cells(w))),
     output:
         metrics="results/metrics/across_seeds/{dataset}.csv",
     log:
         "results/logs/pooled_metrics/{dataset}.log",
     wildcard_constraints:
-        dataset=_alternatives(DATASETS),
+        dataset=_alternatives(RUN.datasets),
     conda:
         GRABRAG_ENV
     params:
         code=script_code("pooled_metrics.py"),
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
-        seeds=SEEDS,
-        decision_cells=lambda wildcards: metric_decision_cells(wildcards.dataset),
-        context_cells=lambda wildcards: metric_context_cells(wildcards.dataset),
+        seeds=RUN.seeds,
+        decision_cells=metric_decision_cells,
+        context_cells=metric_context_cells,
     script:
         "../workflow/scripts/pooled_metrics.py"
 
 
 rule abstention_over_datasets:
     input:
-        decisions=files(DECISION_FILE, ALL_DECISION_CELLS),
-        contexts=files(CONTEXT_FILE, ALL_CONTEXT_CELLS),
+        decisions=files(DECISION_FILE, RUN.all_decision_cells()),
+        contexts=files(CONTEXT_FILE, RUN.all_context_cells()),
     output:
         metrics="results/metrics/abstention_over_datasets.csv",
     log:
@@ -82,8 +78,8 @@ rule abstention_over_datasets:
         code=script_code("abstention_over_datasets.py"),
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
-        decision_cells=ALL_DECISION_CELLS,
-        context_cells=ALL_CONTEXT_CELLS,
+        decision_cells=RUN.all_decision_cells(),
+        context_cells=RUN.all_context_cells(),
     script:
         "../workflow/scripts/abstention_over_datasets.py"
 
@@ -105,9 +101,9 @@ rule table:
         cells=report_cells,
         settings=report_settings,
         caption=table_caption,
-        order=LISTED_ORDER,
-        decoding={model: config["models"][model]["batch"] for model in MODELS},
-        served=served_models(),
+        order=RUN.listed_order,
+        decoding=RUN.decoding(),
+        served=RUN.served_models(),
         module_code=report_code,
         code=script_code("table.py"),
     script:
@@ -126,16 +122,16 @@ rule seed_table:
     log:
         "results/logs/seed_table/{seed}/{table}.log",
     wildcard_constraints:
-        table=_alternatives(SEEDED_TABLES) if SEEDED_TABLES else "(?!)",
+        table=_alternatives(RUN.seeded_tables),
     conda:
         GRABRAG_ENV
     params:
         cells=report_cells,
         settings=report_settings,
         caption=lambda wildcards: f"Construction seed {wildcards.seed}. {table_caption(wildcards)}",
-        order=LISTED_ORDER,
-        decoding={model: config["models"][model]["batch"] for model in MODELS},
-        served=served_models(),
+        order=RUN.listed_order,
+        decoding=RUN.decoding(),
+        served=RUN.served_models(),
         module_code=report_code,
         code=script_code("table.py"),
     script:
@@ -146,9 +142,9 @@ rule across_seeds_table:
     input:
         tables=lambda wildcards: [
             f"results/tables/{wildcards.table}.tidy.csv",
-            *(f"results/tables/seed{seed}/{wildcards.table}.tidy.csv" for seed in EXTRA_SEEDS),
+            *(f"results/tables/seed{seed}/{wildcards.table}.tidy.csv" for seed in RUN.extra_seeds),
         ],
-        metrics=files("results/metrics/across_seeds/{dataset}.csv", output_cells("metrics")),
+        metrics=files("results/metrics/across_seeds/{dataset}.csv", RUN.output_cells("metrics")),
     output:
         csv="results/tables/across_seeds/{table}.csv",
         md="results/tables/across_seeds/{table}.md",
@@ -158,15 +154,15 @@ rule across_seeds_table:
     log:
         "results/logs/across_seeds_table/{table}.log",
     wildcard_constraints:
-        table=_alternatives(SEEDED_TABLES) if SEEDED_TABLES else "(?!)",
+        table=_alternatives(RUN.seeded_tables),
     conda:
         GRABRAG_ENV
     params:
-        seeds=SEEDS,
-        cells={"metrics": output_cells("metrics")},
+        seeds=RUN.seeds,
+        cells=RUN.report_cells(["metrics"]),
         settings=report_settings,
         caption=lambda wildcards: across_seeds_caption(wildcards.table),
-        order=LISTED_ORDER,
+        order=RUN.listed_order,
         module_code=report_code,
         code=script_code("across_seeds_table.py"),
     script:
@@ -182,7 +178,7 @@ rule figure:
             "results/figures/{figure}.png",
             caption="../workflow/report/figure.rst",
             category="Figures",
-            labels=lambda wildcards: {"figure": FIGURE_LABELS[wildcards.figure]},
+            labels=lambda wildcards: {"figure": RUN.figure_labels[wildcards.figure]},
         ),
     log:
         "results/logs/figure/{figure}.log",
@@ -192,7 +188,7 @@ rule figure:
         cells=report_cells,
         settings=report_settings,
         report_caption=report_caption("figures"),
-        order=LISTED_ORDER,
+        order=RUN.listed_order,
         module_code=report_code,
         code=script_code("figure.py"),
     script:
@@ -203,14 +199,14 @@ rule figure:
 # lists, so that the report's info panel shows the caption and not the table job's params.
 rule table_pages:
     input:
-        lambda wildcards: table_page_files(wildcards.pages),
+        lambda w: RUN.table_page_files(w.pages),
     output:
         pages=report(
             directory("results/report/{pages}"),
             patterns=["{table}.html"],
             caption="../workflow/report/table_page.rst",
             category=lambda wildcards: TABLE_PAGES[wildcards.pages],
-            labels=lambda wildcards: {"table": TABLE_LABELS[wildcards.table]},
+            labels=lambda wildcards: {"table": RUN.table_labels[wildcards.table]},
         ),
     log:
         "results/logs/table_pages/{pages}.log",

@@ -3,11 +3,11 @@
 # the only passage. The generation, NLI, EvidentialRAG, CDD and policy rules then run on the
 # probe dataset as on any other, and the truthfulqa_probe table scores their decisions.
 
-if TRUTHFULQA_PROBE:
+if RUN.truthfulqa_probe:
 
     rule truthfulqa_questions:
         input:
-            source=asset_manifest(TRUTHFULQA_PROBE["asset"]),
+            source=asset_manifest(RUN.truthfulqa_probe["asset"]),
         output:
             questions=f"results/data/{TRUTHFULQA}/questions.jsonl",
             report=f"results/data/{TRUTHFULQA}/report.json",
@@ -16,7 +16,7 @@ if TRUTHFULQA_PROBE:
         conda:
             GRABRAG_ENV
         params:
-            n_questions=TRUTHFULQA_PROBE["n_questions"],
+            n_questions=RUN.truthfulqa_probe["n_questions"],
             seed=config["seed"],
             code=script_code("truthfulqa_questions.py"),
         script:
@@ -25,7 +25,7 @@ if TRUTHFULQA_PROBE:
     rule truthfulqa_contexts:
         input:
             questions=f"results/data/{TRUTHFULQA}/questions.jsonl",
-            tokenizer=asset_manifest(tokenizer_asset()),
+            tokenizer=TOKENIZER,
         output:
             **{
                 condition: f"results/contexts/{TRUTHFULQA}/{condition}.jsonl"

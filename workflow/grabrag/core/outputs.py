@@ -330,6 +330,16 @@ AUDIT_RATINGS = declare(
         AUDITED_DATASETS,
     )
 ).name
+EVIDENTIAL_ROWS = declare(
+    Output(
+        "evidential",
+        "results/evidential/{model}/{dataset}/{condition}/{policy}.jsonl",
+        ("model", "dataset", "condition", "policy"),
+        rows_by_cell,
+        "an EvidentialRAG policy's generator rows in one cell (its masses, route, answer)",
+        EVIDENTIAL_DATASETS,
+    )
+).name
 EVID_SWEEPS = declare(
     Output(
         "evid_sweeps",
@@ -368,6 +378,16 @@ CDD_TRACE_ROWS = declare(
         rows_by_cell,
         "CDD's five-step traces with their ablations and perturbed reruns",
         CDD_TRACE_DATASETS,
+    )
+).name
+CDD_BASELINE_ROWS = declare(
+    Output(
+        "cdd_baselines",
+        "results/cdd/{model}/{dataset}/{condition}/{policy}.jsonl",
+        ("model", "dataset", "condition", "policy"),
+        rows_by_cell,
+        "a CDD prompt-only baseline's generation rows in one cell",
+        CDD_DATASETS,
     )
 ).name
 CDD_DIAGNOSTICS_TABLE = declare(

@@ -1,0 +1,133 @@
+"""Where each configured model runs, decided once: served or local, its asset, its GPU
+slot, its threads, and how a job opens it.
+
+A model entry of the config (``models.<name>``) is either a GGUF file this job loads with
+llama.cpp (``asset``) or a served model called through its OpenAI-compatible ``endpoint``
+(:mod:`grabrag.generation.endpoint`). The rules ask :func:`model_entries` for an entry's
+asset, threads and GPU slot, the job scripts ask :func:`open_generator` for the generator,
+and the NLI verifier asks :func:`verifier_entry` (and :func:`verifier_endpoint`) whether it
+labels through its generator's server. A third backend is one more branch here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the rules read model entries without loading the generation code
+    from grabrag.generation.generator import GenerationSettings
+
+
+def is_served(model: Mapping[str, Any]) -> bool:
+    """Whether a model entry is called through its endpoint (no GGUF, no GPU in the job)."""
+    return bool(model.get("endpoint"))
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One configured model as the jobs that run it see it.
+
+    A served model's jobs are light HTTP clients: one thread, no GPU slot (the server holds
+    the GPUs), so they run side by side and the server batches their requests. A GGUF that
+    offloads layers takes a GPU slot; one on the CPU (``n_gpu_layers: 0``) takes none, so
+    its jobs run side by side as far as their threads allow instead of queueing for a
+    device they do not use."""
+
+    name: str
+    settings: Mapping[str, Any]  # the config entry
+    served: bool
+    asset: str | None  # the GGUF asset; None for a served model
+    threads: int
+    gpus: int
+
+    @property
+    def endpoint(self) -> Mapping[str, Any] | None:
+        return self.settings.get("endpoint")
+
+    def served_note(self) -> dict[str, Any]:
+        """For the tables' note: the server, the model name and the constraint dialect."""
+        return {k: self.settings["endpoint"][k] for k in ("base_url", "model", "constraint")}
+
+
+def model_entry(name: str, model: Mapping[str, Any], local_threads: int) -> ModelEntry:
+    """``models.<name>``; ``local_threads``: a local model's threads when it sets none."""
+    served = is_served(model)
+    return ModelEntry(
+        name=name,
+        settings=model,
+        served=served,
+        asset=None if served else model["asset"],
+        threads=1 if served else (model.get("threads") or local_threads),
+        gpus=0 if served or model.get("n_gpu_layers", 0) == 0 else 1,
+    )
+
+
+def model_entries(config: Mapping[str, Any], local_threads: int) -> dict[str, ModelEntry]:
+    """Every configured model's entry, in the config's order."""
+    return {name: model_entry(name, m, local_threads) for name, m in config["models"].items()}
+
+
+@dataclass(frozen=True)
+class VerifierEntry:
+    """P4's NLI verifier in the cells of one generator model. The llm verifier with no
+    asset of its own labels with its generator: its GGUF, with its ``n_gpu_layers`` and
+    threads, or its endpoint when the generator is served; a transformers model may sit on
+    a GPU (``nli.device``), so it keeps its slot."""
+
+    served: bool
+    asset: str | None  # the verifier's weights; None when it labels through a server
+    threads: int
+    gpus: int
+
+
+def verifier_endpoint(
+    nli: Mapping[str, Any], model: Mapping[str, Any]
+) -> Mapping[str, Any] | None:
+    """The endpoint the verifier labels through: the generator's, for the llm backend with
+    no asset of its own and a served generator; else None (it loads its own weights)."""
+    if nli["backend"] == "llm" and not nli["asset"]:
+        return model.get("endpoint") or None
+    return None
+
+
+def verifier_entry(
+    nli: Mapping[str, Any], generator: ModelEntry, local_threads: int
+) -> VerifierEntry:
+    """The verifier of ``generator``'s cells under the config's ``nli`` section."""
+    served = verifier_endpoint(nli, generator.settings) is not None
+    if served:
+        threads = 1
+    elif nli["backend"] == "llm" and not generator.served:
+        threads = generator.threads
+    else:
+        threads = local_threads
+    return VerifierEntry(
+        served=served,
+        asset=None if served else (nli["asset"] or generator.asset),
+        threads=threads,
+        gpus=generator.gpus if nli["backend"] == "llm" else 1,
+    )
+
+
+def open_generator(
+    name: str,
+    model: Mapping[str, Any],
+    model_file: Path | None,
+    settings: GenerationSettings,
+    n_threads: int,
+) -> Any:
+    """The generator of ``models.<name>``: a served model (its ``endpoint``, see
+    :mod:`grabrag.generation.endpoint`) or its GGUF file loaded in this process. Both answer
+    ``complete``, ``reset``, ``preflight`` and ``batcher`` alike."""
+    if is_served(model):
+        from grabrag.generation.endpoint import EndpointGenerator
+
+        return EndpointGenerator(name, model["endpoint"], settings)
+    from grabrag.generation.generator import GenerationError, LlamaGenerator
+
+    if model_file is None:
+        raise GenerationError(f"models.{name}: neither a GGUF asset nor an endpoint to call")
+
+    return LlamaGenerator.for_model(model_file, settings, model, n_threads)
