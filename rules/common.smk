@@ -91,7 +91,9 @@ asset_spec = lambda w: stable(config["assets"][w.asset])
 
 # --- rules/data.smk and rules/contexts.smk --------------------------------------------
 BUILT_DATASETS = _alternatives(RUN.built_datasets)
-dataset_asset = lambda w: asset_manifest(config["datasets"][RUN.configured_dataset(w.dataset)]["asset"])
+dataset_asset = lambda w: asset_manifest(
+    config["datasets"][RUN.configured_dataset(w.dataset)]["asset"]
+)
 dataset_config = lambda w: RUN.dataset_config(w.dataset)
 sample_seed = lambda w: RUN.sample_seed(w.dataset)
 construction_seed = lambda w: RUN.construction_seed(w.dataset)

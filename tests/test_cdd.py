@@ -44,7 +44,6 @@ from grabrag.cdd.schema import (
     NOT_DIVERGENT,
     OK,
     PARAMETRIC,
-    PARSE_FAILED,
     PREMISE,
     REPAIRED,
     RESOLUTION,
@@ -65,6 +64,7 @@ from grabrag.cdd.trace_diagnostics import (
     source_control,
     truncate_trace,
 )
+from grabrag.core.parsing import RULE_PARSE_FAILED
 from grabrag.core.text import normalize_answer
 from grabrag.generation.generator import parse_output
 from grabrag.generation.prompts import (
@@ -517,7 +517,7 @@ def test_step_failures_take_their_documented_fallbacks() -> None:
         "answer": None,
         "confidence": None,
         "source": None,
-        "rule": PARSE_FAILED,
+        "rule": RULE_PARSE_FAILED,
     }
     assert row["parse_status"] == FAILED
 
@@ -609,7 +609,7 @@ def test_cdd_alpha_routes_by_the_gate() -> None:
     assert (bypass_failed["decision"], bypass_failed["confidence"], bypass_failed["rule"]) == (
         None,
         None,
-        PARSE_FAILED,
+        RULE_PARSE_FAILED,
     )
     # from the stored trace: step 1 "Lyon" vs CB "Paris" -> score 1, routed
     stored = cdd_alpha_row(P1_ROW, cdd_row)
@@ -1160,13 +1160,13 @@ def test_cdd_question_runs_the_model_gate_last_and_stores_it() -> None:
 def test_cdd_question_never_crashes_on_unparseable_output() -> None:
     script = {step: "not json" for step in STEPS}
     row = cdd_runs.cdd_question(StepCompleter(script), Resets(), CONTEXT_ROW, CB_ROW)
-    assert (row["decision"], row["rule"]) == (None, PARSE_FAILED)
+    assert (row["decision"], row["rule"]) == (None, RULE_PARSE_FAILED)
     statuses = {step: entry["status"] for step, entry in row["trace"].items()}
     assert statuses[CONTEXTUAL] == FAILED and statuses[RESOLUTION] == FAILED
     assert set(statuses.values()) <= set(cdd_runs.STEP_STATUSES)
     # no answer for the divergence fallback: no divergence, premise skipped
     assert statuses[PREMISE] == SKIPPED
-    assert row["ablations"]["no_divergence"]["rule"] == PARSE_FAILED
+    assert row["ablations"]["no_divergence"]["rule"] == RULE_PARSE_FAILED
 
 
 def test_wrong_answer_prefers_the_planted_replacement_and_skips_gold() -> None:
@@ -1311,7 +1311,7 @@ def test_cdd_decisions() -> None:
         "llm_calls": 4,
     }
     assert (rows[1]["decision"], rows[1]["answer"], rows[1]["confidence"]) == (None, None, None)
-    assert (rows[1]["rule"], rows[1]["parse_status"]) == (PARSE_FAILED, FAILED)
+    assert (rows[1]["rule"], rows[1]["parse_status"]) == (RULE_PARSE_FAILED, FAILED)
     with pytest.raises(DataError, match="more than once"):
         cdd_decide.cdd_decisions(_trace_rows()[:1] * 2)
 

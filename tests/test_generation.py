@@ -8,10 +8,8 @@ from pathlib import Path
 import pytest
 
 from grabrag.core.io import read_checkpoint_rows, read_jsonl
+from grabrag.core.parsing import PARSE_FAILED, PARSE_OK, PARSE_REPAIRED
 from grabrag.generation.generator import (
-    PARSE_FAILED,
-    PARSE_OK,
-    PARSE_REPAIRED,
     GenerationError,
     GenerationSettings,
     LlamaGenerator,

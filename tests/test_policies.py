@@ -21,7 +21,6 @@ from grabrag.policies.paper import (
     single_pass_decisions,
 )
 from grabrag.policies.rows import (
-    CB_PARSE_FAILED,
     CB_UNRELIABLE,
     F1_AGREE,
     F1_CONFLICT,
@@ -29,7 +28,8 @@ from grabrag.policies.rows import (
     NLI_CONSISTENT,
     NLI_CONTRADICTION,
     P1_ABSTAINED,
-    PARSE_FAILED,
+    RULE_CB_PARSE_FAILED,
+    RULE_PARSE_FAILED,
 )
 from grabrag.scoring.abstention import answer_rate
 
@@ -222,7 +222,7 @@ def test_failed_parses_are_neither_answer_nor_abstention() -> None:
         None,
         None,
         None,
-        PARSE_FAILED,
+        RULE_PARSE_FAILED,
     )
     # a failed CB pass gives no parametric signal: defer to P1, under its own rule
     out = p3_decision(gen("q", "answer", "Lyon", 70), cb("q", None))
@@ -230,12 +230,12 @@ def test_failed_parses_are_neither_answer_nor_abstention() -> None:
         "answer",
         "Lyon",
         70,
-        CB_PARSE_FAILED,
+        RULE_CB_PARSE_FAILED,
     )
     rows = single_pass_decisions(
         [gen("a", "answer", "x", 80, "P0"), gen("b", None, prompt="P0")], "P0"
     )
-    assert [r["rule"] for r in rows] == [GENERATED, PARSE_FAILED]
+    assert [r["rule"] for r in rows] == [GENERATED, RULE_PARSE_FAILED]
     assert rows[1]["decision"] is None and rows[1]["confidence"] is None
     assert answer_rate(rows) == (2, 0.5)  # a failed parse did not answer
 
@@ -328,7 +328,7 @@ def test_p4_shares_p3s_gates_and_they_come_first() -> None:
     # confidence exactly 50 is confident: the NLI labels decide
     out = p4_decision(gen("q", "answer", "Lyon", 70), cb("q", "answer", "x", 50), contra)
     assert out["rule"] == NLI_CONTRADICTION
-    assert p4_decision(gen("q", None), cb("q", "answer", "x"), contra)["rule"] == PARSE_FAILED
+    assert p4_decision(gen("q", None), cb("q", "answer", "x"), contra)["rule"] == RULE_PARSE_FAILED
 
 
 def test_p4_files_and_errors() -> None:
@@ -490,7 +490,7 @@ def test_evid_decisions_follow_the_route() -> None:
         None,
         None,
         None,
-        PARSE_FAILED,
+        RULE_PARSE_FAILED,
     )
     assert (out["conflict"]["decision"], out["conflict"]["rule"]) == ("abstain", CONFLICT_AWARE)
     assert out["conflict"]["answer"] == "" and out["conflict"]["confidence"] == 0

@@ -13,7 +13,8 @@ from grabrag.core.io import job_settings, read_jsonl, stamp_checkpoint, write_js
 from grabrag.core.progress import Progress
 from grabrag.core.runner import log, run_rule
 from grabrag.data.assets import resolve_given
-from grabrag.generation.generator import cell_report, open_generator, run_cells, settings_from
+from grabrag.generation.backends import open_generator
+from grabrag.generation.generator import cell_report, run_cells, settings_from
 
 
 def main(smk):

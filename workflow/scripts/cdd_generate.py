@@ -14,7 +14,8 @@ from grabrag.cdd.schema import CLOSED_BOOK_PRIOR
 from grabrag.core.io import job_settings, read_jsonl, stamp_checkpoint, write_jsonl
 from grabrag.core.runner import log, run_rule
 from grabrag.data.assets import resolve_given
-from grabrag.generation.generator import open_generator, settings_from
+from grabrag.generation.backends import open_generator
+from grabrag.generation.generator import settings_from
 
 
 def main(smk):

@@ -19,7 +19,8 @@ from grabrag.evidential.evaluator_pass import (
     preflight_messages,
     run_evaluations,
 )
-from grabrag.generation.generator import GenerationSettings, open_generator, settings_from
+from grabrag.generation.backends import open_generator
+from grabrag.generation.generator import GenerationSettings, settings_from
 
 
 def main(smk):

@@ -18,7 +18,8 @@ from grabrag.evidential.generator_pass import (
     generation_report,
     run_generation,
 )
-from grabrag.generation.generator import open_generator, settings_from
+from grabrag.generation.backends import open_generator
+from grabrag.generation.generator import settings_from
 
 
 def main(smk):

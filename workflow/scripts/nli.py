@@ -7,14 +7,13 @@ import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_F
 from grabrag.core.io import read_jsonl, write_jsonl
 from grabrag.core.runner import log, run_rule
 from grabrag.data.assets import resolve_given
+from grabrag.generation.backends import verifier_endpoint
 from grabrag.policies.nli import lazy_verifier, nli_report, nli_rows
 
 
 def main(smk):
     nli, model = smk.params.nli, smk.params.model
-    # The llm backend with no asset of its own labels with the generator's model: its GGUF,
-    # or its endpoint when the model is served.
-    endpoint = model.get("endpoint") if nli["backend"] == "llm" and not nli["asset"] else None
+    endpoint = verifier_endpoint(nli, model)
     verifier = lazy_verifier(
         nli["backend"],
         resolve_given(smk.input.get("verifier")),

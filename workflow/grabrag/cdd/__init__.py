@@ -1,2 +1,2 @@
-"""Context-Driven Decomposition (CDD): the method, its contradiction gate and baselines, and
-its runs and diagnostics in the workflow."""
+"""Stage 6c, Context-Driven Decomposition (CDD): the method, its contradiction gate and
+baselines, and its runs and diagnostics in the workflow."""

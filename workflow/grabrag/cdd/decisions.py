@@ -14,10 +14,10 @@ from typing import Any
 
 from grabrag.cdd.baselines import BASELINES, REASONING_FIRST
 from grabrag.cdd.gate import GATE_THRESHOLD, LEXICAL, cdd_alpha_row
-from grabrag.cdd.schema import PARSE_FAILED, RESOLVED
+from grabrag.cdd.schema import RESOLVED
 from grabrag.core.decisions import ABSTAIN, ANSWER
 from grabrag.core.errors import DataError
-from grabrag.generation.generator import PARSE_FAILED as GENERATION_FAILED
+from grabrag.core.parsing import PARSE_FAILED, RULE_PARSE_FAILED
 
 # --- names ----------------------------------------------------------------------------
 
@@ -70,7 +70,7 @@ def cdd_decisions(trace_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
     out = []
     for row in trace_rows:
         _check_trace_row(row)
-        failed = row["rule"] == PARSE_FAILED or row["decision"] is None
+        failed = row["rule"] == RULE_PARSE_FAILED or row["decision"] is None
         out.append(
             _decision_row(
                 row,
@@ -78,7 +78,7 @@ def cdd_decisions(trace_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
                 decision=None if failed else row["decision"],
                 answer=None if failed else row["answer"],
                 confidence=None if failed else row["confidence"],
-                rule=PARSE_FAILED if failed else RESOLVED,
+                rule=RULE_PARSE_FAILED if failed else RESOLVED,
                 source=None if failed else row.get("source"),
                 parse_status=row.get("parse_status"),
                 llm_calls=row.get("calls"),
@@ -168,7 +168,7 @@ def baseline_decisions(rows: Sequence[Mapping[str, Any]], policy: str) -> list[d
         decision = row.get("decision")
         if (
             decision is None
-            or row.get("parse_status") == GENERATION_FAILED
+            or row.get("parse_status") == PARSE_FAILED
             or (policy in REASONING_FIRST and cut_confidence(row))
         ):
             out.append(

@@ -45,11 +45,11 @@ from grabrag.cdd.schema import (
     NO_PAIR,
     OK,
     PARAMETRIC,
-    PARSE_FAILED,
     REPAIRED,
     SKIPPED,
 )
 from grabrag.core.decisions import DECISIONS
+from grabrag.core.parsing import RULE_PARSE_FAILED
 from grabrag.core.text import normalize_answer
 from grabrag.scoring.answers import token_f1
 
@@ -227,7 +227,7 @@ def cdd_alpha_decision(
             "answer": None if failed else p1_row.get("answer"),
             "confidence": None if failed else p1_row.get("confidence"),
             "source": None,
-            "rule": PARSE_FAILED if failed else GATE_BYPASS,
+            "rule": RULE_PARSE_FAILED if failed else GATE_BYPASS,
         }
         if cdd_row is not None:
             calls = (2 if cdd_row.get("parametric") == IN_CONTEXT else 1) + gate_calls

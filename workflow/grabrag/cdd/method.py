@@ -69,7 +69,6 @@ from grabrag.cdd.schema import (
     OK,
     PARAMETRIC,
     PARAMETRIC_SOURCES,
-    PARSE_FAILED,
     PREMISE,
     REPAIRED,
     RESOLUTION,
@@ -77,6 +76,7 @@ from grabrag.cdd.schema import (
     STEP_GRAMMARS,
     VARIANTS,
 )
+from grabrag.core.parsing import RULE_PARSE_FAILED
 
 
 class GrammarCompleter(Protocol):
@@ -111,7 +111,7 @@ def decision_from_resolution(entry: Mapping[str, Any]) -> dict[str, Any]:
             "answer": None,
             "confidence": None,
             "source": None,
-            "rule": PARSE_FAILED,
+            "rule": RULE_PARSE_FAILED,
             "parse_status": entry.get("status"),
         }
     return {

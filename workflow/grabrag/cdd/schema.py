@@ -53,7 +53,6 @@ SOURCES = (SOURCE_CONTEXT, SOURCE_PARAMETRIC, SOURCE_NEITHER)
 
 # Decision-row rules.
 RESOLVED = "cdd_resolved"
-PARSE_FAILED = "parse_failed"  # grabrag.policies.paper' rule for the same case
 GATE_BYPASS = "gate_bypass"
 
 # --- grammars --------------------------------------------------------------------------

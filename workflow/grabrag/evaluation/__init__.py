@@ -1,2 +1,2 @@
-"""Stage 5, evaluation: metrics per cell with bootstrap CIs, and the readers of the stages'
+"""Stage 7, evaluation: metrics per cell with bootstrap CIs, and the readers of the stages'
 tidy result files."""

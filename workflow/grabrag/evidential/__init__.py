@@ -1,4 +1,4 @@
-"""EvidentialRAG as an extra policy (EvidentialRAG paper, sections 3-4, Appendix B): the
+"""Stage 6b, EvidentialRAG as an extra policy (EvidentialRAG paper, sections 3-4, Appendix B): the
 method (masses, fusion, decision) and its runs in the workflow.
 
 Per question, an evaluator LLM reads each retrieved passage on its own and returns one

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from grabrag.core.errors import DataError
+from grabrag.core.parsing import PARSE_FAILED
 from grabrag.evidential.claims import closed_book_evaluation
 from grabrag.evidential.evaluator import Evaluation
-from grabrag.generation.generator import PARSE_FAILED
 
 EVID, EVID_CB = "EVID", "EVID_CB"
 VARIANTS = (EVID, EVID_CB)

@@ -82,9 +82,7 @@ class VerifierEntry:
     gpus: int
 
 
-def verifier_endpoint(
-    nli: Mapping[str, Any], model: Mapping[str, Any]
-) -> Mapping[str, Any] | None:
+def verifier_endpoint(nli: Mapping[str, Any], model: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The endpoint the verifier labels through: the generator's, for the llm backend with
     no asset of its own and a served generator; else None (it loads its own weights)."""
     if nli["backend"] == "llm" and not nli["asset"]:

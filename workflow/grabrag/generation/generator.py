@@ -27,6 +27,7 @@ from typing import Any
 from grabrag.core.decisions import DECISIONS
 from grabrag.core.errors import GrabragError
 from grabrag.core.io import append_checkpoint_row, read_checkpoint_rows
+from grabrag.core.parsing import PARSE_FAILED, PARSE_OK, PARSE_REPAIRED
 from grabrag.core.progress import Progress
 from grabrag.generation.batching import BatchedDecoder, Batcher, run_in_groups
 from grabrag.generation.greedy_grammar import install as install_argmax_first_grammar
@@ -47,7 +48,6 @@ MODEL_SCRIPTS = (
     "cdd_generate",
     "cdd_baselines",
 )
-PARSE_OK, PARSE_REPAIRED, PARSE_FAILED = "ok", "repaired", "failed"
 # Closing sequences tried, in order, on an output cut off by max_tokens. They only ever
 # complete the last field (reasoning), so decision, answer and confidence must all have
 # been generated: a cut before that stays "failed" instead of getting invented values.
@@ -358,25 +358,6 @@ class LlamaGenerator:
             "completion_tokens": response["usage"]["completion_tokens"],
             "seconds": round(time.perf_counter() - started, 3),
         }
-
-
-def open_generator(
-    name: str,
-    model: Mapping[str, Any],
-    model_file: Path | None,
-    settings: GenerationSettings,
-    n_threads: int,
-) -> Any:
-    """The generator of ``models.<name>``: a served model (its ``endpoint``, see
-    :mod:`grabrag.generation.endpoint`) or its GGUF file loaded in this process. Both answer
-    ``complete``, ``reset``, ``preflight`` and ``batcher`` alike."""
-    if model.get("endpoint"):
-        from grabrag.generation.endpoint import EndpointGenerator
-
-        return EndpointGenerator(name, model["endpoint"], settings)
-    if model_file is None:
-        raise GenerationError(f"models.{name}: neither a GGUF asset nor an endpoint to call")
-    return LlamaGenerator.for_model(model_file, settings, model, n_threads)
 
 
 Completer = Callable[[list[dict[str, str]]], dict[str, Any]]

@@ -24,6 +24,7 @@ from grabrag.core.plugins import config_modules, load_modules
 from grabrag.data.asset_checks import human_bytes
 from grabrag.data.asset_hub import asset_bytes
 from grabrag.data.truthfulqa import QUESTIONS_IN_FILE
+from grabrag.pipeline.run import method_datasets, policies_reading, scoped_policies
 
 
 def used_assets(config: Mapping[str, Any]) -> list[str]:
@@ -37,7 +38,7 @@ def used_assets(config: Mapping[str, Any]) -> list[str]:
         config["ner"]["asset"],
         config["ner"].get("tokenizer"),
     ]
-    if "P4" in config["policies"]["names"]:
+    if policies_reading(config["policies"]["names"], registry.NLI):
         names.append(config["nli"].get("asset"))
     if config.get("truthfulqa_probe"):
         names.append(config["truthfulqa_probe"]["asset"])
@@ -47,10 +48,8 @@ def used_assets(config: Mapping[str, Any]) -> list[str]:
 def _scoped(config: Mapping[str, Any], section: str) -> tuple[list[str], list[str]]:
     """(the configured policies a method section scopes, the datasets it runs on)."""
     load_modules(config_modules(config), config)
-    policies = [p for p in config["policies"]["names"] if registry.policy(p).scope == section]
-    chosen = config[section].get("datasets")
-    datasets = [d for d in config["datasets"] if chosen is None or d in chosen]
-    return policies, datasets if policies else []
+    policies = scoped_policies(config, section)
+    return policies, method_datasets(config, section) if policies else []
 
 
 def _nli_row(
@@ -107,7 +106,7 @@ def _cdd_rows(
     rows = []
     n = sum(n_by_dataset[d] for d in cdd_datasets)
     settings = config["cdd"]
-    traces = [p for p in cdd if p in ("CDD", "CDD_ALPHA")]
+    traces = policies_reading(cdd, registry.CDD_TRACES)
     baselines = [p for p in cdd if p not in traces]
     if traces:
         per = 4 + 5 * bool(settings["diagnostics"])
@@ -221,7 +220,7 @@ def model_calls(config: Mapping[str, Any]) -> list[dict[str, Any]]:
             "how": "one closed-book (CB) call per question",
         },
     ]
-    if "P4" in config["policies"]["names"]:
+    if policies_reading(config["policies"]["names"], registry.NLI):
         rows.append(_nli_row(config, m, n_by_dataset, conditions))
     rows += _evidential_rows(config, m, n_by_dataset, conditions)
     rows += _cdd_rows(config, m, n_by_dataset, conditions)

@@ -80,7 +80,7 @@ def cells(**values: Sequence[Any]) -> list[dict[str, Any]]:
     such as {"model": ..., "dataset": ...}. A rule passes them as a param beside the files
     :func:`files` names after them: its script learns what each file is about from the
     param, never from the path."""
-    return [dict(zip(values, combo)) for combo in itertools.product(*values.values())]
+    return [dict(zip(values, combo, strict=True)) for combo in itertools.product(*values.values())]
 
 
 def files(pattern: str, keys: Sequence[Cell]) -> list[str]:
@@ -92,6 +92,24 @@ def cell_file(pattern: str, cell: Cell, **values: Any) -> str:
     """The file of one job's cell: ``pattern`` filled from its wildcards, ``values`` added
     or in their place (e.g. a policy job's input from another stage of the same cell)."""
     return pattern.format_map({**cell, **values})
+
+
+def policies_reading(policies: Sequence[str], source: str) -> list[str]:
+    """The policies among ``policies`` whose registry entry reads ``source`` (one of
+    :data:`grabrag.core.registry.SOURCES`): e.g. the NLI verdicts, the CDD traces."""
+    return [p for p in policies if source in registry.policy(p).inputs.values()]
+
+
+def scoped_policies(config: Mapping[str, Any], section: str) -> list[str]:
+    """The configured policies a method's config section (``evidential``, ``cdd``) scopes."""
+    return [p for p in config["policies"]["names"] if registry.policy(p).scope == section]
+
+
+def method_datasets(config: Mapping[str, Any], section: str) -> list[str]:
+    """The configured datasets a method runs on (``<section>.datasets``, null = all), in
+    the config's order."""
+    names = config[section].get("datasets")
+    return [d for d in config["datasets"] if names is None or d in names]
 
 
 class Run:
@@ -146,15 +164,9 @@ class Run:
         self.truthfulqa_datasets = [TRUTHFULQA] if self.truthfulqa_probe else []
 
         # CDD and CDD_ALPHA both read the CDD traces; the baselines among the configured.
-        self.cdd_traces = any(
-            registry.CDD_TRACES in registry.policy(p).inputs.values() for p in self.policies
-        )
-        self.cdd_baselines = [
-            p for p in self.policies if registry.CDD_CELL in registry.policy(p).inputs.values()
-        ]
-        self.runs_nli = any(
-            registry.NLI in registry.policy(p).inputs.values() for p in self.policies
-        )
+        self.cdd_traces = bool(policies_reading(self.policies, registry.CDD_TRACES))
+        self.cdd_baselines = policies_reading(self.policies, registry.CDD_CELL)
+        self.runs_nli = bool(policies_reading(self.policies, registry.NLI))
 
         self.features = registry.Features(
             conditions=tuple(self.conditions),
@@ -194,13 +206,11 @@ class Run:
     # --- scope ------------------------------------------------------------------------
 
     def _scoped(self, section: str) -> list[str]:
-        """The configured policies a method's config section scopes."""
-        return [p for p in self.policies if registry.policy(p).scope == section]
+        return scoped_policies(self.config, section)
 
     def _method_datasets(self, section: str) -> list[str]:
-        """The datasets a method runs on (``<section>.datasets``, null = all)."""
-        names = self.config[section]["datasets"]
-        return self.datasets if names is None else [d for d in self.datasets if d in names]
+        """The datasets a method runs on, sorted as :attr:`datasets`."""
+        return sorted(method_datasets(self.config, section))
 
     def runs_method(self, section: str, dataset: str) -> bool:
         """Whether a method (``evidential``, ``cdd``) runs on a built dataset: on a seed
@@ -486,8 +496,7 @@ class Run:
             return [self.audit_ratings(key["dataset"]) for key in keys]
         if spec.per_seed:
             keys = [
-                {**key, "dataset": self.replicate_name(key["dataset"], key["seed"])}
-                for key in keys
+                {**key, "dataset": self.replicate_name(key["dataset"], key["seed"])} for key in keys
             ]
         return files(spec.pattern, keys)
 
@@ -569,5 +578,7 @@ class Run:
         for table in self.seeded_tables if self.extra_seeds else ():
             targets += [f"results/tables/seed{seed}/{table}.csv" for seed in self.extra_seeds]
             targets.append(f"results/tables/across_seeds/{table}.csv")
-        targets += [f"results/report/{pages}" for pages in TABLE_PAGES if self.table_page_files(pages)]
+        targets += [
+            f"results/report/{pages}" for pages in TABLE_PAGES if self.table_page_files(pages)
+        ]
         return targets

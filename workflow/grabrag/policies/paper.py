@@ -58,7 +58,6 @@ from grabrag.core.conditions import CLOSED_BOOK_PROMPT
 from grabrag.core.decisions import ABSTAIN, ANSWER
 from grabrag.core.errors import DataError
 from grabrag.policies.rows import (
-    CB_PARSE_FAILED,
     CB_UNRELIABLE,
     CONTRADICTION,
     F1_AGREE,
@@ -67,6 +66,7 @@ from grabrag.policies.rows import (
     NLI_CONSISTENT,
     NLI_CONTRADICTION,
     P1_ABSTAINED,
+    RULE_CB_PARSE_FAILED,
     abstain_row,
     decision_row,
     is_failed,
@@ -195,7 +195,7 @@ def _cb_gate(
     if p1["decision"] == ABSTAIN:
         return abstain_row(p1, policy, P1_ABSTAINED)
     if is_failed(cb):
-        return p1_answer_row(p1, policy, CB_PARSE_FAILED)
+        return p1_answer_row(p1, policy, RULE_CB_PARSE_FAILED)
     if cb["decision"] == ABSTAIN or cb["confidence"] < cutoff:
         return p1_answer_row(p1, policy, CB_UNRELIABLE)
     return None

@@ -10,15 +10,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from grabrag.core.decisions import ABSTAIN, ANSWER
+from grabrag.core.parsing import RULE_CB_PARSE_FAILED, RULE_PARSE_FAILED
 
 CONTRADICTION = "contradiction"
 
 # Rules (the ``rule`` column).
 GENERATED = "generated"
-PARSE_FAILED = "parse_failed"
 P1_ABSTAINED = "p1_abstained"
 CB_UNRELIABLE = "cb_unreliable"
-CB_PARSE_FAILED = "cb_parse_failed"
 F1_AGREE = "f1_agree"
 F1_CONFLICT = "f1_conflict"
 NLI_CONTRADICTION = "nli_contradiction"
@@ -30,16 +29,16 @@ EVIDENTIAL_ABSTAIN = "evidential_abstain"
 EVIDENTIAL_RULES = (
     EVIDENTIAL_DIRECT,
     GENERATOR_ABSTAINED,
-    PARSE_FAILED,
+    RULE_PARSE_FAILED,
     CONFLICT_AWARE,
     EVIDENTIAL_ABSTAIN,
 )
 RULES = (
     GENERATED,
-    PARSE_FAILED,
+    RULE_PARSE_FAILED,
     P1_ABSTAINED,
     CB_UNRELIABLE,
-    CB_PARSE_FAILED,
+    RULE_CB_PARSE_FAILED,
     F1_AGREE,
     F1_CONFLICT,
     NLI_CONTRADICTION,
@@ -86,4 +85,4 @@ def p1_answer_row(base: Mapping[str, Any], policy: str, rule: str, **extra: Any)
 
 
 def parse_failed_row(base: Mapping[str, Any], policy: str, **extra: Any) -> dict[str, Any]:
-    return decision_row(base, policy, None, None, None, PARSE_FAILED, **extra)
+    return decision_row(base, policy, None, None, None, RULE_PARSE_FAILED, **extra)

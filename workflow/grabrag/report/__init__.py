@@ -1,1 +1,1 @@
-"""Stage 6, the report: the paper's tables and figures."""
+"""Stage 8, the report: the paper's tables and figures."""

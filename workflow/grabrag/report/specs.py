@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grabrag.core.builds import audited_datasets, sensitivity_variant_name
 from grabrag.core.outputs import output
 from grabrag.core.registry import Features
 
@@ -71,13 +72,16 @@ def _seed_sensitivity(config: Mapping[str, Any]) -> dict[str, Any]:
     spec = config["seed_sensitivity"]
     if not spec:
         return {}
-    return {f"{spec['dataset']}_seed{spec['seed']}": {**spec, "base_seed": config["seed"]}}
+    return {sensitivity_variant_name(spec): {**spec, "base_seed": config["seed"]}}
 
 
 def _audit(config: Mapping[str, Any]) -> dict[str, Any]:
     """The audited datasets in the config's order, with the bootstrap that resamples them."""
-    audited = [d for d in config["datasets"] if d in config["qc"]["audit_filled"]]
-    return {"datasets": audited, "bootstrap": config["bootstrap"], "seed": config["seed"]}
+    return {
+        "datasets": audited_datasets(config),
+        "bootstrap": config["bootstrap"],
+        "seed": config["seed"],
+    }
 
 
 SETTINGS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
