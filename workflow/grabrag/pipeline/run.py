@@ -168,6 +168,24 @@ class Run:
         self.cdd_baselines = policies_reading(self.policies, registry.CDD_CELL)
         self.runs_nli = bool(policies_reading(self.policies, registry.NLI))
 
+        self._scope_report()
+        self.model_entries = model_entries(config, local_threads)
+        self.dataset_scopes = {
+            outputs.ALL_DATASETS: self.datasets,
+            outputs.EVIDENTIAL_DATASETS: self.evid_datasets,
+            outputs.CDD_DATASETS: self.cdd_datasets,
+            outputs.CDD_TRACE_DATASETS: self.cdd_datasets if self.cdd_traces else [],
+            outputs.CDD_DIAGNOSTIC_DATASETS: (
+                self.cdd_datasets if self.features.cdd_diagnostics else []
+            ),
+            outputs.AUDITED_DATASETS: self.audited_datasets,
+            outputs.SEED_VARIANT_DATASETS: list(self.sensitivity_variants),
+            outputs.TRUTHFULQA_DATASETS: self.truthfulqa_datasets,
+        }
+
+    def _scope_report(self) -> None:
+        """The features this config switches on, and the tables and figures they produce."""
+        config = self.config
         self.features = registry.Features(
             conditions=tuple(self.conditions),
             evidential=bool(self.evid_datasets),
@@ -188,20 +206,6 @@ class Run:
         # The report lists the tables in the papers' order, the figures as declared.
         self.table_labels = report_labels(paper_order(self.table_names))
         self.figure_labels = report_labels(self.figure_names)
-
-        self.model_entries = model_entries(config, local_threads)
-        self.dataset_scopes = {
-            outputs.ALL_DATASETS: self.datasets,
-            outputs.EVIDENTIAL_DATASETS: self.evid_datasets,
-            outputs.CDD_DATASETS: self.cdd_datasets,
-            outputs.CDD_TRACE_DATASETS: self.cdd_datasets if self.cdd_traces else [],
-            outputs.CDD_DIAGNOSTIC_DATASETS: (
-                self.cdd_datasets if self.features.cdd_diagnostics else []
-            ),
-            outputs.AUDITED_DATASETS: self.audited_datasets,
-            outputs.SEED_VARIANT_DATASETS: list(self.sensitivity_variants),
-            outputs.TRUTHFULQA_DATASETS: self.truthfulqa_datasets,
-        }
 
     # --- scope ------------------------------------------------------------------------
 
