@@ -120,9 +120,7 @@ def test_policy_inputs_are_the_files_the_registry_declares() -> None:
         "EVID_CB": "results/evidential/micro/nq_bigbench/QC/EVID_CB.jsonl"
     }
     for name in run.policies:
-        assert set(run.policy_inputs({**cell, "policy": name})) == set(
-            registry.policy(name).inputs
-        )
+        assert set(run.policy_inputs({**cell, "policy": name})) == set(registry.policy(name).inputs)
 
 
 def test_report_inputs_follow_the_output_declarations_per_seed() -> None:
