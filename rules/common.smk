@@ -110,8 +110,12 @@ NER_PRIORITY = ALL_CORES_PRIORITY if NER_THREADS > 1 else PREPARATION_PRIORITY
 pool_source = lambda w: dataset_asset(w) if config["qc"]["pool"] == "dataset_gold" else []
 dataset_adapter = lambda w: config["datasets"][RUN.configured_dataset(w.dataset)]["adapter"]
 
-# --- model jobs: rules/generate.smk, policies.smk (nli), evidential.smk, cdd.smk --------
-model_asset = lambda w: asset_manifest(RUN.model(w.model).asset)
+# --- model jobs: rules/endpoint.smk, generate.smk, policies.smk (nli), evidential.smk, cdd.smk
+SERVED_MODELS = _alternatives(RUN.served_models())
+# What stands for a model among a job's inputs: a local model's asset manifest, a served
+# model's canary file (rules/endpoint.smk).
+model_input = lambda entry: entry.proof or asset_manifest(entry.asset)
+model_asset = lambda w: model_input(RUN.model(w.model))
 model_settings = lambda w: stable(config["models"][w.model])
 model_threads = lambda w: RUN.model(w.model).threads
 model_gpus = lambda w: RUN.model(w.model).gpus
@@ -126,7 +130,11 @@ def checkpoint_in(stage, name, condition=None):
 generation_report_cells = lambda w: RUN.generation_report_cells(w.model, w.dataset)
 
 # --- rules/policies.smk ----------------------------------------------------------------
-verifier_asset = lambda w: asset_manifest(RUN.verifier(w.model).asset)
+verifier_asset = lambda w: (
+    RUN.model(w.model).proof
+    if RUN.verifier(w.model).served
+    else asset_manifest(RUN.verifier(w.model).asset)
+)
 verifier_threads = lambda w: RUN.verifier(w.model).threads
 verifier_gpus = lambda w: RUN.verifier(w.model).gpus
 policy_inputs = lambda w: RUN.policy_inputs(w)
@@ -139,7 +147,7 @@ p3_sweep_qc_input = lambda w: RUN.p3_sweep_qc_input(w)
 # --- rules/evidential.smk --------------------------------------------------------------
 evaluator_name = lambda w: RUN.evaluator(w.model).name
 evaluator_settings = lambda w: stable(RUN.evaluator(w.model).settings)
-evaluator_asset = lambda w: asset_manifest(RUN.evaluator(w.model).asset)
+evaluator_asset = lambda w: model_input(RUN.evaluator(w.model))
 evaluator_threads = lambda w: RUN.evaluator(w.model).threads
 evaluator_gpus = lambda w: RUN.evaluator(w.model).gpus
 evidential_cells = lambda w: RUN.evidential_cells(w.model, w.dataset)

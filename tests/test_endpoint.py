@@ -22,7 +22,17 @@ import pytest
 import yaml
 
 from grabrag.generation.batching import Request
-from grabrag.generation.endpoint import EndpointError, EndpointGenerator
+from grabrag.generation.endpoint import (
+    CANARY_WORDS_GRAMMAR,
+    PARTLY_APPLIED,
+    REFUSED,
+    VALID,
+    CanaryError,
+    EndpointError,
+    EndpointGenerator,
+    grammar_verdict,
+    identity_hash,
+)
 from grabrag.generation.generator import (
     GenerationSettings,
     LlamaGenerator,
@@ -138,15 +148,12 @@ def test_cache_answers_a_rerun_without_calls(server: str, tmp_path: Path) -> Non
     first = served(server, tmp_path)
     rows = flat(generate(first, tmp_path, "first"))
     assert not any(r["served"]["cached"] for r in rows)
-    # A server that is gone: every call of the rerun must come from the cache.
-    again = EndpointGenerator(
-        "micro",
-        endpoint(f"http://127.0.0.1:{free_port()}/v1", max_retries=0),
-        SETTINGS,
-        cache_path=tmp_path / "cache.sqlite",
-        check=False,
-    )
-    cached = flat(generate(again, tmp_path, "again"))
+    # The same server (its identity asked, as every job does) behind a handler that
+    # counts the chat requests: every call of the rerun comes from the cache.
+    with FaultyProxy(upstream(server)) as proxy:
+        again = served(proxy.url, tmp_path)
+        cached = flat(generate(again, tmp_path, "again"))
+    assert proxy.seen == 0
     assert all(r["served"]["cached"] for r in cached)
     assert [r["raw"] for r in cached] == [r["raw"] for r in rows]
     assert again.report()["cache_hits"] == len(rows)
@@ -239,17 +246,33 @@ class FaultyProxy:
         delay: float = 0.0,
         truncate: int | None = None,
         rewrite: Callable[[dict], dict] | None = None,
+        models: Callable[[dict], dict] | None = None,
+        props: dict | None = None,
     ) -> None:
         self.upstream, self.fail, self.status = upstream, fail, status
         self.delay, self.truncate, self.seen = delay, truncate, 0
         self.rewrite, self.bodies = rewrite, []
+        # what the server says of itself: /v1/models' answer rewritten, and llama-server's
+        # /props served (llama-cpp-python's server has no /props: a 404 when None)
+        self.models, self.props = models, props
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def log_message(self, *args: object) -> None:
                 pass
 
+            def _reply(self, status: int, data: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def _forward(self, body: bytes | None) -> None:
+                if self.path == "/props":
+                    if proxy.props is None:
+                        return self._reply(404, b'{"error": {"message": "Not Found"}}')
+                    return self._reply(200, json.dumps(proxy.props).encode())
                 if self.path.endswith("/chat/completions"):
                     proxy.seen += 1
                     if proxy.seen <= proxy.fail:
@@ -270,6 +293,8 @@ class FaultyProxy:
                     data = reply.read()
                 if proxy.truncate is not None and self.path.endswith("/chat/completions"):
                     data = data[: proxy.truncate]
+                if proxy.models is not None and self.path.endswith("/models"):
+                    data = json.dumps(proxy.models(json.loads(data))).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -501,6 +526,151 @@ def test_server_key_is_never_written(server: str, tmp_path: Path) -> None:
     assert os.environ[KEY_VARIABLE] == KEY
 
 
+# --- a served model proves itself: the canary, its identity, its window --------------------
+
+
+def without_constraint(body: dict) -> dict:
+    """A server that accepts every constraint dialect's fields and applies none."""
+    dropped = ("grammar", "structured_outputs", "ebnf", "response_format")
+    return {k: v for k, v in body.items() if k not in dropped}
+
+
+def as_llama_cpp_grammar(body: dict) -> dict:
+    """What vLLM and SGLang do with their dialect's grammar, in llama-cpp-python's
+    server's terms: the GBNF of `structured_outputs.grammar` (vLLM) or `ebnf` (SGLang)
+    constrains the decode, with no repetition penalty."""
+    grammar = (body.get("structured_outputs") or {}).get("grammar") or body.get("ebnf")
+    body = {k: v for k, v in body.items() if k not in ("structured_outputs", "ebnf")}
+    return {**body, "grammar": grammar, "repeat_penalty": 1.0}
+
+
+def test_grammar_check_reads_words_objects_and_cut_replies() -> None:
+    assert grammar_verdict(CANARY_WORDS_GRAMMAR, "yes", "stop") == VALID
+    assert grammar_verdict(CANARY_WORDS_GRAMMAR, "The sea is blue.", "stop") == REFUSED
+    good = '{"decision": "answer", "answer": "x\tz", "confidence": 7, "reasoning": "y"}'
+    assert grammar_verdict(GBNF_GRAMMAR, good, "stop") == VALID
+    assert grammar_verdict(GBNF_GRAMMAR, good.replace("7", "885"), "stop") == PARTLY_APPLIED
+    assert grammar_verdict(GBNF_GRAMMAR, good.replace('"answer",', '"maybe",'), "stop") == REFUSED
+    assert grammar_verdict(GBNF_GRAMMAR, "The sea is blue and wide.", "stop") == REFUSED
+    # cut at the token limit: only a reply that opens as the grammar must
+    cut = '{"decision":"answer", "answer": "the se'
+    assert grammar_verdict(GBNF_GRAMMAR, cut, "length") == VALID
+    assert grammar_verdict(GBNF_GRAMMAR, "The sea is blue and", "length") == REFUSED
+
+
+@pytest.mark.parametrize("dialect", ["gbnf", "vllm", "sglang", "json_schema"])
+def test_canary_passes_a_server_that_applies_the_constraint_and_stops_one_that_drops_it(
+    server: str, tmp_path: Path, dialect: str
+) -> None:
+    """The real server behind a handler that speaks each dialect as its engine does
+    (vLLM's and SGLang's grammar fields, OpenAI's JSON schema, all turned into what
+    llama-cpp-python's server applies): the canary's probes come back grammar-valid. The
+    same handler dropping the constraint: the canary stops, naming the model, the dialect
+    and what came back."""
+    honest = {
+        "gbnf": None,
+        "vllm": as_llama_cpp_grammar,
+        "sglang": as_llama_cpp_grammar,
+        "json_schema": as_openai_structured_outputs,
+    }[dialect]
+    with FaultyProxy(upstream(server), rewrite=honest) as proxy:
+        record = served(proxy.url, tmp_path, constraint=dialect).canary()
+        assert record["proven"] and record["constraint"] == dialect
+        # llama-cpp-python's server builds its grammar from a JSON schema without the
+        # confidence's 0-100 range: the canary records it and lets it pass (an output out
+        # of range is a counted parse failure)
+        paper = PARTLY_APPLIED if dialect == "json_schema" else VALID
+        assert [p["verdict"] for p in record["probes"]] == [VALID, paper], record
+        assert record["fully_applied"] == (paper == VALID)
+        assert record["identity"]["model"] == SERVED_NAME
+        # llama-cpp-python's server reports no window: the run's and the paper's beside it
+        assert record["window"] == {"server": None, "configured": 4096, "paper": 4096}
+        calls = proxy.seen
+        # the canary asks the server itself each time: never the response cache
+        served(proxy.url, tmp_path, constraint=dialect).canary()
+        assert proxy.seen == calls + 2
+        proxy.rewrite = lambda body: without_constraint(body)
+        with pytest.raises(CanaryError, match=rf"models\.micro: .* ignored the '{dialect}' "):
+            served(proxy.url, tmp_path, constraint=dialect).canary()
+    # unconstrained, nothing is proven and nothing stops: the outputs are counted
+    record = served(server, tmp_path, constraint="none").canary()
+    assert not record["proven"]
+
+
+def test_changed_identity_reuses_no_cached_response_and_fails_its_canary(
+    server: str, tmp_path: Path
+) -> None:
+    """Other weights behind the same served name (vLLM's /v1/models root changes): no
+    cached response is reused, the rows say which identity made them, and a job holding
+    the old server's canary stops."""
+    with FaultyProxy(upstream(server)) as proxy:
+        first = served(proxy.url, tmp_path)
+        canary = tmp_path / "canary.json"
+        canary.write_text(json.dumps(first.canary()))
+        rows = [one_call(first)]
+        same = EndpointGenerator(
+            "micro", endpoint(proxy.url), SETTINGS, tmp_path / "cache.sqlite", canary=canary
+        )
+        assert one_call(same)["served"]["cached"]
+        proxy.models = lambda listed: {
+            **listed,
+            "data": [{**m, "root": "/models/other-weights"} for m in listed["data"]],
+        }
+        other = served(proxy.url, tmp_path)
+        assert other.server["root"] == "/models/other-weights"
+        assert other.server_id != first.server_id == identity_hash(first.server)
+        calls = proxy.seen
+        rows.append(one_call(other))
+        assert proxy.seen == calls + 1 and not rows[1]["served"]["cached"]
+        assert [r["served"]["identity"] for r in rows] == [first.server_id, other.server_id]
+        with pytest.raises(EndpointError, match=r"no longer is the server its canary proved"):
+            EndpointGenerator(
+                "micro", endpoint(proxy.url), SETTINGS, tmp_path / "c.sqlite", canary=canary
+            )
+
+
+@pytest.mark.parametrize(
+    ("models", "props", "window"),
+    [
+        ({"max_model_len": 512}, None, 512),  # vLLM's /v1/models
+        ({}, {"default_generation_settings": {"n_ctx": 1024}, "model_path": "m.gguf"}, 1024),
+    ],
+    ids=["vllm", "llama-server"],
+)
+def test_a_server_window_smaller_than_n_ctx_is_a_named_config_error(
+    server: str, tmp_path: Path, models: dict, props: dict | None, window: int
+) -> None:
+    def reported(listed: dict) -> dict:
+        return {**listed, "data": [{**m, **models} for m in listed["data"]]}
+
+    with FaultyProxy(upstream(server), models=reported, props=props) as proxy:
+        with pytest.raises(
+            EndpointError,
+            match=rf"context window of {window} tokens, smaller than generation\.n_ctx 4096 "
+            r".*--max-model-len 4096.*-c 4096",
+        ):
+            served(proxy.url, tmp_path)
+        assert proxy.seen == 0  # before any call
+        # a window that fits: recorded beside the run's and the paper's
+        roomy = {k: 8192 for k in models}
+        proxy.models = lambda listed: {**listed, "data": [{**m, **roomy} for m in listed["data"]]}
+        if props is not None:
+            proxy.props = {**props, "default_generation_settings": {"n_ctx": 8192}}
+        generator = served(proxy.url, tmp_path)
+        assert generator.window() == {"server": 8192, "configured": 4096, "paper": 4096}
+
+
+def test_a_cache_hit_reports_the_calls_own_latency(server: str, tmp_path: Path) -> None:
+    """A cached call is not a 0 s call in the cost tables: its row keeps the seconds the
+    call took when it was made, and says what the lookup took beside them."""
+    with FaultyProxy(upstream(server), delay=0.5) as proxy:
+        made = one_call(served(proxy.url, tmp_path))
+        cached = one_call(served(proxy.url, tmp_path))
+    assert made["seconds"] >= 0.5 and not made["served"]["cached"]
+    assert cached["served"]["cached"] and cached["seconds"] == made["seconds"]
+    assert cached["served"]["lookup_seconds"] < 0.5
+
+
 # --- the tiny config's model stages through the server ----------------------------------------
 
 
@@ -540,7 +710,8 @@ def test_tiny_config_model_stages_through_the_server(
     slot, every row of a model call says it was served, and the rows agree with the
     in-process run's (the same micro model, batch 2 against concurrency 2)."""
     copy_run(tiny_run, tmp_path)
-    config = served_config(server, tmp_path / "served.yaml", concurrency=2)
+    proxy = FaultyProxy(upstream(server), rewrite=without_constraint)
+    config = served_config(proxy.url, tmp_path / "served.yaml", concurrency=2)
     # Every model stage's outputs the tiny run has for NQ's QC cell and its closed-book
     # cell (NQ is the dataset every method runs on: generation, closed book, the verifier,
     # EvidentialRAG's evaluator and generator, CDD and the baselines)
@@ -550,9 +721,25 @@ def test_tiny_config_model_stages_through_the_server(
         for path in (tiny_run / "results" / stage / "micro" / "nq_bigbench").rglob("*")
         if path.is_file() and not path.name.startswith(".") and CELL.search(str(path))
     )
-    proc = snakemake(tmp_path, *targets, configfile=config, env={KEY_VARIABLE: KEY})
+    cells = sorted(p for p in (tmp_path / "results").rglob("*.jsonl") if "/micro/" in str(p))
+    before = {p: p.read_bytes() for p in cells}
+    # A server that drops the constraint: the canary stops the run before any cell
+    with proxy:
+        proc = snakemake(
+            tmp_path, *targets, configfile=config, env={KEY_VARIABLE: KEY}, check=False
+        )
+        output = proc.stdout + proc.stderr
+        assert proc.returncode != 0
+        assert "ignored the 'gbnf' constraint of model 'micro-served'" in output, output[-3000:]
+        assert {p: p.read_bytes() for p in cells} == before
+        assert not list((tmp_path / "results").rglob(".*checkpoint.jsonl"))
+        # the same server applying it: the canary passes and the cells are made
+        proxy.rewrite = None
+        proc = snakemake(tmp_path, *targets, configfile=config, env={KEY_VARIABLE: KEY})
     output = proc.stdout + proc.stderr
     jobs = planned_jobs(output)
+    canary = json.loads((tmp_path / "results/endpoint/micro/canary.json").read_text())
+    assert canary["proven"] and canary["identity"]["model"] == SERVED_NAME, canary
     assert MODEL_RULES <= set(jobs), jobs
     # nothing upstream of the model stages reran: only the model jobs and what reads them
     assert not set(jobs) & {"prepare_data", "embed", "retrieve", "build_contexts", "swaps"}, jobs
@@ -576,6 +763,7 @@ def test_tiny_config_model_stages_through_the_server(
             for row, their in zip(rows, theirs, strict=True):
                 assert row["served"]["model"] == SERVED_NAME, (cell, row)
                 assert row["served"]["constraint"] == "gbnf", (cell, row)
+                assert row["served"]["identity"] == canary["identity_hash"], (cell, row)
                 compared += 1
                 fields = [k for k in OUTCOME_FIELDS if k in row]
                 agreed += all(row[k] == their[k] for k in fields)

@@ -172,6 +172,9 @@ def test_a_model_entry_says_where_the_model_runs(model, served, asset, threads, 
         threads,
         gpus,
     )
+    # what stands for the model among its jobs' inputs beside the asset: a served model's
+    # canary file, which its jobs wait for
+    assert entry.proof == ("results/endpoint/m/canary.json" if served else None)
 
 
 def test_the_verifier_labels_through_a_served_generator_only_without_weights() -> None:

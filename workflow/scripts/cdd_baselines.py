@@ -12,7 +12,6 @@ from grabrag.cdd.baselines import baseline_messages, grammar_for_messages
 from grabrag.core.io import job_settings, read_jsonl, stamp_checkpoint, write_jsonl
 from grabrag.core.progress import Progress
 from grabrag.core.runner import log, run_rule
-from grabrag.data.assets import resolve_given
 from grabrag.generation.backends import open_generator
 from grabrag.generation.generator import cell_report, run_cells, settings_from
 
@@ -24,7 +23,7 @@ def main(smk):
     generator = open_generator(
         smk.wildcards.model,
         model,
-        resolve_given(smk.input.get("model")),
+        smk.input.get("model"),
         settings_from(smk.params.generation),
         smk.threads,
     )

@@ -13,7 +13,6 @@ from grabrag.cdd.runs import preflight_calls, run_traces
 from grabrag.cdd.schema import CLOSED_BOOK_PRIOR
 from grabrag.core.io import job_settings, read_jsonl, stamp_checkpoint, write_jsonl
 from grabrag.core.runner import log, run_rule
-from grabrag.data.assets import resolve_given
 from grabrag.generation.backends import open_generator
 from grabrag.generation.generator import settings_from
 
@@ -30,7 +29,7 @@ def main(smk):
     # preflight budget and every call's default limit are the step limit.
     generation = settings_from(smk.params.generation)
     generator = open_generator(
-        smk.wildcards.model, model, resolve_given(smk.input.get("model")), generation, smk.threads
+        smk.wildcards.model, model, smk.input.get("model"), generation, smk.threads
     )
     generator.preflight(preflight_calls(rows, cb_rows, generation.max_tokens))
 

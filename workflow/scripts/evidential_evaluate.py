@@ -12,7 +12,6 @@ import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_F
 from grabrag.core.io import job_settings, read_jsonl, stamp_checkpoint, write_json, write_jsonl
 from grabrag.core.progress import Progress
 from grabrag.core.runner import log, run_rule
-from grabrag.data.assets import resolve_given
 from grabrag.evidential.efficiency import peak_memory_mb
 from grabrag.evidential.evaluator_pass import (
     evaluation_report,
@@ -39,7 +38,7 @@ def main(smk):
     generator = open_generator(
         smk.params.evaluator_name,
         evaluator,
-        resolve_given(smk.input.get("evaluator")),
+        smk.input.get("evaluator"),
         settings,
         smk.threads,
     )

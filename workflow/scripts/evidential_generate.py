@@ -11,7 +11,6 @@ import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_F
 from grabrag.core.io import job_settings, read_jsonl, stamp_checkpoint, write_json, write_jsonl
 from grabrag.core.progress import Progress
 from grabrag.core.runner import log, run_rule
-from grabrag.data.assets import resolve_given
 from grabrag.evidential.efficiency import peak_memory_mb
 from grabrag.evidential.generator_pass import (
     generation_preflight,
@@ -33,7 +32,7 @@ def main(smk):
     generator = open_generator(
         smk.wildcards.model,
         model,
-        resolve_given(smk.input.get("model")),
+        smk.input.get("model"),
         settings_from(smk.params.generation),
         smk.threads,
     )

@@ -9,7 +9,6 @@ import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_F
 from grabrag.core.io import job_settings, read_jsonl, stamp_checkpoint, write_jsonl
 from grabrag.core.progress import Progress
 from grabrag.core.runner import log, run_rule
-from grabrag.data.assets import resolve_given
 from grabrag.generation.backends import open_generator
 from grabrag.generation.generator import run_cells, settings_from
 from grabrag.generation.prompts import messages_for
@@ -22,7 +21,7 @@ def main(smk):
     generator = open_generator(
         smk.wildcards.model,
         model,
-        resolve_given(smk.input.get("model")),
+        smk.input.get("model"),
         settings_from(smk.params.generation),
         smk.threads,
     )

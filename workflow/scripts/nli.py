@@ -1,5 +1,7 @@
 """Rule nli: verifier labels for every passage of the questions P4 can reach."""
 
+from pathlib import Path
+
 import _grabrag_path  # noqa: F401  (makes grabrag importable without an install)
 import _job_gpu  # noqa: F401  (claims this job's GPU before any CUDA library loads)
 import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_FIRST)
@@ -14,9 +16,11 @@ from grabrag.policies.nli import lazy_verifier, nli_report, nli_rows
 def main(smk):
     nli, model = smk.params.nli, smk.params.model
     endpoint = verifier_endpoint(nli, model)
+    # the verifier's weights, or (labelling through a served generator) its canary file
+    given = smk.input.get("verifier")
     verifier = lazy_verifier(
         nli["backend"],
-        resolve_given(smk.input.get("verifier")),
+        None if endpoint else resolve_given(given),
         n_threads=smk.threads,
         device=nli["device"],
         batch_size=nli["batch_size"],
@@ -27,6 +31,7 @@ def main(smk):
         seed=smk.params.seed,
         name=nli["asset"] or model.get("asset") or endpoint["model"],
         endpoint=endpoint,
+        canary=Path(given) if endpoint else None,
     )
     rows = nli_rows(
         read_jsonl(smk.input.contexts),

@@ -94,9 +94,20 @@ def efficiency_summary(
         name: {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in entry.items()}
         for name, entry in policies.items()
     }
+    served = [r for rows in single_pass_rows.values() for r in rows if r.get("served")]
+    cache_note = (
+        [
+            f"{sum(bool(r['served'].get('cached')) for r in served)} of {len(served)} served "
+            "generation calls were answered from the response cache; each counts the seconds "
+            "its call took when it was made, not the lookup's."
+        ]
+        if served
+        else []
+    )
     return {
         "policies": policies,
-        "notes": [
+        "notes": cache_note
+        + [
             "Naive RAG (the base of the relative cost, Eq. 28) is P0: no abstention "
             "instruction. P0 runs first in its generation job and computes the prompt "
             "prefix; P1 runs right after it and reuses the KV cache of their shared "

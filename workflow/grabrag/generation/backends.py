@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+# A served model's canary file (rules/endpoint.smk writes it; no table reads it).
+CANARY_PATTERN = "results/endpoint/{model}/canary.json"
+
 if TYPE_CHECKING:  # the rules read model entries without loading the generation code
     from grabrag.generation.generator import GenerationSettings
 
@@ -45,6 +48,12 @@ class ModelEntry:
     @property
     def endpoint(self) -> Mapping[str, Any] | None:
         return self.settings.get("endpoint")
+
+    @property
+    def proof(self) -> str | None:
+        """What stands for the model among a job's inputs besides its asset: a served
+        model's canary file (its jobs wait for it, and rerun when it is made again)."""
+        return canary_path(self.name) if self.served else None
 
     def served_note(self) -> dict[str, Any]:
         """For the tables' note: the server, the model name and the constraint dialect."""
@@ -112,20 +121,37 @@ def verifier_entry(
 def open_generator(
     name: str,
     model: Mapping[str, Any],
-    model_file: Path | None,
+    model_input: Any,
     settings: GenerationSettings,
     n_threads: int,
 ) -> Any:
     """The generator of ``models.<name>``: a served model (its ``endpoint``, see
     :mod:`grabrag.generation.endpoint`) or its GGUF file loaded in this process. Both answer
-    ``complete``, ``reset``, ``preflight`` and ``batcher`` alike."""
+    ``complete``, ``reset``, ``preflight`` and ``batcher`` alike. ``model_input``: what the
+    rule's ``model`` input holds (:func:`model_input`): a local model's asset manifest, a
+    served model's canary file."""
+    given = _given(model_input)
     if is_served(model):
         from grabrag.generation.endpoint import EndpointGenerator
 
-        return EndpointGenerator(name, model["endpoint"], settings)
+        return EndpointGenerator(name, model["endpoint"], settings, canary=given)
+    from grabrag.data.assets import resolve
     from grabrag.generation.generator import GenerationError, LlamaGenerator
 
-    if model_file is None:
+    if given is None:
         raise GenerationError(f"models.{name}: neither a GGUF asset nor an endpoint to call")
 
-    return LlamaGenerator.for_model(model_file, settings, model, n_threads)
+    return LlamaGenerator.for_model(resolve(given), settings, model, n_threads)
+
+
+def _given(rule_input: Any) -> Path | None:
+    """A rule input that may be empty, a path or a one-element list, as a path or None."""
+    if not rule_input:
+        return None
+    return Path(rule_input if isinstance(rule_input, str | Path) else rule_input[0])
+
+
+def canary_path(name: str) -> str:
+    """The canary file of served model ``name`` (what :meth:`EndpointGenerator.canary`
+    proved: its identity, its window, the probes' replies)."""
+    return CANARY_PATTERN.format(model=name)

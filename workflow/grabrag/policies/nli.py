@@ -436,8 +436,11 @@ def build_verifier(
     name: str | None = None,
     batch: int = 1,
     endpoint: Mapping[str, Any] | None = None,
+    canary: Path | None = None,
 ) -> Verifier:
-    """The configured backend (``nli.backend``: "transformers" or "llm")."""
+    """The configured backend (``nli.backend``: "transformers" or "llm"). ``endpoint``:
+    the served generator's, which the llm verifier labels through; ``canary``: its canary
+    file, whose proven identity the server must still have."""
     if backend == "transformers":
         return TransformersNli(model_path, batch_size=batch_size, device=device, name=name)
     if backend == "llm" and endpoint:
@@ -446,7 +449,7 @@ def build_verifier(
         from grabrag.generation.generator import GenerationSettings
 
         served = EndpointGenerator(
-            name or "nli", endpoint, GenerationSettings(n_ctx=n_ctx, seed=seed)
+            name or "nli", endpoint, GenerationSettings(n_ctx=n_ctx, seed=seed), canary=canary
         )
         return LlmNli(served, name=name)
     if backend == "llm":
