@@ -701,7 +701,7 @@ OUTCOME_FIELDS = (
 
 @pytest.mark.integration
 def test_tiny_config_model_stages_through_the_server(
-    server: str, tiny_run: Path, tmp_path: Path
+    server: str, tiny_run: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """Every model stage of the tiny config (generation, closed book, the LLM verifier,
     EvidentialRAG's evaluator and generator, CDD's steps and baselines; the TruthfulQA
@@ -711,6 +711,7 @@ def test_tiny_config_model_stages_through_the_server(
     in-process run's (the same micro model, batch 2 against concurrency 2)."""
     copy_run(tiny_run, tmp_path)
     proxy = FaultyProxy(upstream(server), rewrite=without_constraint)
+    request.addfinalizer(proxy.httpd.shutdown)
     config = served_config(proxy.url, tmp_path / "served.yaml", concurrency=2)
     # Every model stage's outputs the tiny run has for NQ's QC cell and its closed-book
     # cell (NQ is the dataset every method runs on: generation, closed book, the verifier,
@@ -724,18 +725,15 @@ def test_tiny_config_model_stages_through_the_server(
     cells = sorted(p for p in (tmp_path / "results").rglob("*.jsonl") if "/micro/" in str(p))
     before = {p: p.read_bytes() for p in cells}
     # A server that drops the constraint: the canary stops the run before any cell
-    with proxy:
-        proc = snakemake(
-            tmp_path, *targets, configfile=config, env={KEY_VARIABLE: KEY}, check=False
-        )
-        output = proc.stdout + proc.stderr
-        assert proc.returncode != 0
-        assert "ignored the 'gbnf' constraint of model 'micro-served'" in output, output[-3000:]
-        assert {p: p.read_bytes() for p in cells} == before
-        assert not list((tmp_path / "results").rglob(".*checkpoint.jsonl"))
-        # the same server applying it: the canary passes and the cells are made
-        proxy.rewrite = None
-        proc = snakemake(tmp_path, *targets, configfile=config, env={KEY_VARIABLE: KEY})
+    proc = snakemake(tmp_path, *targets, configfile=config, env={KEY_VARIABLE: KEY}, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "ignored the 'gbnf' constraint of model 'micro-served'" in output, output[-3000:]
+    assert {p: p.read_bytes() for p in cells} == before
+    assert not list((tmp_path / "results").rglob(".*checkpoint.jsonl"))
+    # the same server applying it: the canary passes and the cells are made
+    proxy.rewrite = None
+    proc = snakemake(tmp_path, *targets, configfile=config, env={KEY_VARIABLE: KEY})
     output = proc.stdout + proc.stderr
     jobs = planned_jobs(output)
     canary = json.loads((tmp_path / "results/endpoint/micro/canary.json").read_text())
@@ -780,3 +778,36 @@ def test_tiny_config_model_stages_through_the_server(
     print(f"served vs in-process: {agreed}/{compared} decision+answer, {raw_agreed} raw")
     assert compared > 15, compared
     assert agreed == compared, f"{agreed}/{compared} agree ({raw_agreed} raw)"
+
+    # Other weights behind the same served name: a model job that runs now stops, naming it
+    proxy.models = lambda listed: {
+        **listed,
+        "data": [{**m, "root": "/models/other-weights"} for m in listed["data"]],
+    }
+    closed_book = "results/generation/micro/nq_bigbench/Qclosed/CB.jsonl"
+    proc = snakemake(
+        tmp_path,
+        closed_book,
+        "--forcerun",
+        "generate_closed_book",
+        configfile=config,
+        env={KEY_VARIABLE: KEY},
+        check=False,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "no longer is the server its canary proved" in output, output[-3000:]
+    # the canary made again: every cell of the model reruns under the new identity, each
+    # call sent to the server (no cached response of the old identity answers)
+    calls = proxy.seen
+    proc = snakemake(
+        tmp_path, *targets, "--forcerun", "endpoint_canary", configfile=config,
+        env={KEY_VARIABLE: KEY},
+    )  # fmt: skip
+    assert MODEL_RULES <= set(planned_jobs(proc.stdout + proc.stderr))
+    renewed = json.loads((tmp_path / "results/endpoint/micro/canary.json").read_text())
+    assert renewed["identity"]["root"] == "/models/other-weights"
+    rows = [json.loads(line) for line in (tmp_path / closed_book).read_text().splitlines()]
+    assert {r["served"]["identity"] for r in rows} == {renewed["identity_hash"]}
+    assert not any(r["served"]["cached"] for r in rows)
+    assert proxy.seen - calls >= compared
