@@ -22,17 +22,7 @@ import pytest
 import yaml
 
 from grabrag.generation.batching import Request
-from grabrag.generation.endpoint import (
-    CANARY_WORDS_GRAMMAR,
-    PARTLY_APPLIED,
-    REFUSED,
-    VALID,
-    CanaryError,
-    EndpointError,
-    EndpointGenerator,
-    grammar_verdict,
-    identity_hash,
-)
+from grabrag.generation.endpoint import EndpointError, EndpointGenerator
 from grabrag.generation.generator import (
     GenerationSettings,
     LlamaGenerator,
@@ -40,6 +30,15 @@ from grabrag.generation.generator import (
     run_cells,
 )
 from grabrag.generation.prompts import GBNF_GRAMMAR, messages_for
+from grabrag.generation.served_proof import (
+    CANARY_WORDS_GRAMMAR,
+    PARTLY_APPLIED,
+    REFUSED,
+    VALID,
+    CanaryError,
+    grammar_verdict,
+    identity_hash,
+)
 from grabrag.policies.nli import LlmNli
 
 from .conftest import (

@@ -60,11 +60,18 @@ def resolve(manifest: str | Path) -> Path:
     return path
 
 
-def resolve_given(manifest: Any) -> Path | None:
-    """:func:`resolve` of a rule input that may be empty (a served model has no file)."""
-    if not manifest:
+def given_path(rule_input: Any) -> Path | None:
+    """A rule input that may be empty (a served model has no file), a path or a
+    one-element list, as a path or None."""
+    if not rule_input:
         return None
-    return resolve(manifest if isinstance(manifest, str | Path) else manifest[0])
+    return Path(rule_input if isinstance(rule_input, str | Path) else rule_input[0])
+
+
+def resolve_given(manifest: Any) -> Path | None:
+    """:func:`resolve` of a rule input that may be empty (see :func:`given_path`)."""
+    given = given_path(manifest)
+    return None if given is None else resolve(given)
 
 
 def _from_path(name: str, spec: Mapping[str, Any]) -> tuple[Path, dict[str, Any]]:

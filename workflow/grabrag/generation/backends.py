@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 # A served model's canary file (rules/endpoint.smk writes it; no table reads it).
@@ -128,9 +127,12 @@ def open_generator(
     """The generator of ``models.<name>``: a served model (its ``endpoint``, see
     :mod:`grabrag.generation.endpoint`) or its GGUF file loaded in this process. Both answer
     ``complete``, ``reset``, ``preflight`` and ``batcher`` alike. ``model_input``: what the
-    rule's ``model`` input holds (:func:`model_input`): a local model's asset manifest, a
-    served model's canary file."""
-    given = _given(model_input)
+    rule's ``model`` input holds (``model_input`` in rules/common.smk, from
+    :attr:`ModelEntry.proof`): a local model's asset manifest, a served model's canary
+    file."""
+    from grabrag.data.assets import given_path
+
+    given = given_path(model_input)
     if is_served(model):
         from grabrag.generation.endpoint import EndpointGenerator
 
@@ -142,13 +144,6 @@ def open_generator(
         raise GenerationError(f"models.{name}: neither a GGUF asset nor an endpoint to call")
 
     return LlamaGenerator.for_model(resolve(given), settings, model, n_threads)
-
-
-def _given(rule_input: Any) -> Path | None:
-    """A rule input that may be empty, a path or a one-element list, as a path or None."""
-    if not rule_input:
-        return None
-    return Path(rule_input if isinstance(rule_input, str | Path) else rule_input[0])
 
 
 def canary_path(name: str) -> str:

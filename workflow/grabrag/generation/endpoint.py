@@ -12,16 +12,17 @@ API) instead of a GGUF file run inside the job.
   groups of :class:`grabrag.generation.batching.Batcher`, and each round's calls go out
   side by side, so the serving engine batches them. What goes out together depends on the
   group only, and rows come back in question order whatever order the responses arrive in.
-- The server proves itself before it is trusted (:meth:`EndpointGenerator.canary`, a
+- The server proves itself before it is trusted (:mod:`grabrag.generation.served_proof`, a
   file target per served model): a few probe requests that ask for prose under a grammar
   must come back grammar-valid in the configured dialect, or the run stops naming the
   model, the dialect and the reply (servers that accept a constraint and ignore it).
-- The server's identity (:meth:`EndpointGenerator.identity`): the model id it reports and
-  every fingerprint it exposes (``/v1/models``' ``root``, ``max_model_len``, ``meta``,
-  ``owned_by``; llama-server's ``/props`` model path, build and window). Its hash is in
-  every row and in every cache key, and a model job whose server no longer matches its
-  canary stops: other weights behind the same served name never reuse a response or a
-  row. A hosted API's per-response ``system_fingerprint`` is kept in the row.
+- The server's identity (:func:`~grabrag.generation.served_proof.server_identity`): the
+  model id it reports and every fingerprint it exposes (``/v1/models``' ``root``,
+  ``max_model_len``, ``meta``, ``owned_by``; llama-server's ``/props`` model path, build
+  and window). Its hash is in every row and in every cache key, and a model job whose
+  server no longer matches its canary stops: other weights behind the same served name
+  never reuse a response or a row. A hosted API's per-response ``system_fingerprint``
+  is kept in the row.
 - The context window: where the server reports it, a window smaller than the run's
   ``generation.n_ctx`` (the paper's 4096) is a named config error before any call.
 - Every response is cached on disk (SQLite) under the hash of the full request (model
@@ -37,15 +38,11 @@ API) instead of a GGUF file run inside the job.
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import logging
 import os
-import re
 import socket
-import sqlite3
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -55,10 +52,23 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from grabrag.core.errors import GrabragError
 from grabrag.generation.batching import Batcher, Request
-from grabrag.generation.json_schema import LABEL, SchemaError, schema_for, unwrap_label
+from grabrag.generation.endpoint_cache import (
+    DEFAULT_CACHE,
+    EndpointError,
+    ResponseCache,
+    request_key,
+)
+from grabrag.generation.json_schema import SchemaError, schema_for, unwrap_label
 from grabrag.generation.prompts import GBNF_GRAMMAR
+from grabrag.generation.served_proof import (
+    check_canary,
+    check_window,
+    identity_hash,
+    run_canary,
+    server_identity,
+    window_record,
+)
 
 log = logging.getLogger("grabrag")
 
@@ -88,152 +98,8 @@ DIALECTS = {
     # parser cannot read is counted per cell as a parse failure, as in-process fallbacks are.
     "none": lambda gbnf: {},
 }
-# Where the response cache lives when the caller names none (relative to the working
-# directory: the workflow's, for rule jobs).
-DEFAULT_CACHE = Path("results/endpoint-cache/responses.sqlite")
 RETRIED_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 MAX_BACKOFF_S = 60.0
-# The paper's context window (n_ctx 4096), recorded beside the one the server uses.
-PAPER_WINDOW = 4096
-# The canary's probes: each asks for prose, which any of these grammars refuses, so a
-# server that ignores the constraint answers with something the grammar does not accept.
-# A choice of two words always finishes within a few tokens; the paper's grammar is the
-# one most calls carry.
-CANARY_WORDS_GRAMMAR = 'root ::= "yes" | "no"\n'
-CANARY_PROMPT = (
-    "Do not answer yes or no and do not write JSON. Write a long paragraph of plain prose "
-    "about the sea, its colours and its sounds."
-)
-CANARY_PROBES = (("words", CANARY_WORDS_GRAMMAR), ("paper", GBNF_GRAMMAR))
-CANARY_MAX_TOKENS = 512
-# What of a /v1/models entry says which weights answer (vLLM: root, max_model_len, parent;
-# llama-server: meta, with the parameter count, size and training window). Not its
-# `created` (vLLM stamps the time of the request) nor its permissions (random ids).
-MODEL_FINGERPRINTS = ("root", "parent", "owned_by", "max_model_len", "meta")
-
-
-class EndpointError(GrabragError):
-    """A served model cannot answer: the message names the server, the model or the key
-    variable, and what to do."""
-
-
-class ResponseCache:
-    """Finished responses by request hash, with the seconds each call took, in one SQLite
-    file shared by the jobs of a run (WAL mode and a busy timeout let parallel jobs write
-    it)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        try:
-            self._db = sqlite3.connect(path, timeout=60, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS calls "
-                "(key TEXT PRIMARY KEY, body TEXT NOT NULL, seconds REAL NOT NULL)"
-            )
-            self._db.commit()
-        except sqlite3.DatabaseError as error:
-            raise EndpointError(
-                f"the endpoint response cache {path} cannot be opened ({error}); delete it "
-                "to start an empty one (finished rows are kept in the results)"
-            ) from None
-
-    def get(self, key: str) -> tuple[dict[str, Any], float] | None:
-        """The response and the seconds its call took, or None."""
-        with self._lock:
-            row = self._db.execute(
-                "SELECT body, seconds FROM calls WHERE key = ?", (key,)
-            ).fetchone()
-        if row is None:
-            return None
-        try:
-            return json.loads(row[0]), float(row[1])
-        except json.JSONDecodeError:
-            return None
-
-    def put(self, key: str, body: Mapping[str, Any], seconds: float) -> None:
-        with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO calls (key, body, seconds) VALUES (?, ?, ?)",
-                (key, json.dumps(body, sort_keys=True), seconds),
-            )
-            self._db.commit()
-
-
-def request_key(body: Mapping[str, Any], identity: str = "") -> str:
-    """The cache key of a request: the hash of its canonical JSON (model, messages,
-    decoding settings, constraint; not the server's address or the key) and of the
-    server's identity (:meth:`EndpointGenerator.identity`), so that other weights behind
-    the same served name never answer from the cache."""
-    text = json.dumps({"request": body, "server": identity}, sort_keys=True)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def identity_hash(identity: Mapping[str, Any]) -> str:
-    """A short stable name of a server identity, for rows and cache keys."""
-    text = json.dumps(identity, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def server_window(identity: Mapping[str, Any]) -> int | None:
-    """The context window the server reports (vLLM's max_model_len, llama-server's n_ctx),
-    or None where it reports none (llama-cpp-python's server, hosted APIs)."""
-    for key in ("max_model_len", "props.n_ctx"):
-        value = identity.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
-
-
-class CanaryError(GrabragError):
-    """A served model's server answered a probe with what its grammar refuses: it ignores
-    the constraint, so no cell is computed on it."""
-
-
-# The canary's verdicts on a probe's reply.
-VALID = "valid"  # what the grammar allows
-PARTLY_APPLIED = "partly_applied"  # the grammar's shape, but a number out of its range
-REFUSED = "refused"  # what the grammar refuses: the constraint was ignored
-
-
-def grammar_verdict(grammar: str, raw: str, finish_reason: str | None) -> str:
-    """Whether a probe's reply is what ``grammar`` allows (:data:`VALID`): the JSON (or
-    word) its schema describes; a reply cut at the token limit passes when it opens as the
-    grammar must (the object's first field), since a constraint-ignoring server writes the
-    asked-for prose from the first token. A reply of the right shape with a number outside
-    the grammar's range is :data:`PARTLY_APPLIED` (llama-cpp-python's server turns a JSON
-    schema into a grammar without ``minimum``/``maximum``): such an output is a counted
-    parse failure of its row, never a silent answer, so it is recorded, not stopped."""
-    import jsonschema
-
-    schema, is_label = schema_for(grammar)
-    if is_label:
-        return VALID if raw.strip() in schema["properties"][LABEL]["enum"] else REFUSED
-    first = next(iter(schema["properties"]))
-    if finish_reason == "length":
-        opens = re.match(r'\{\s*"' + re.escape(first) + r'":', raw)
-        return VALID if opens else REFUSED
-    try:
-        # strict=False: the grammars allow control characters (a tab) inside strings
-        reply = json.loads(raw, strict=False)
-    except json.JSONDecodeError:
-        return REFUSED
-    unbounded = {
-        **schema,
-        "properties": {
-            name: {k: v for k, v in field.items() if k not in ("minimum", "maximum")}
-            for name, field in schema["properties"].items()
-        },
-    }
-    for verdict, against in ((VALID, schema), (PARTLY_APPLIED, unbounded)):
-        try:
-            jsonschema.validate(reply, against)
-        except jsonschema.ValidationError:
-            continue
-        return verdict
-    return REFUSED
 
 
 class EndpointGenerator:
@@ -327,7 +193,7 @@ class EndpointGenerator:
     ) -> dict[str, Any]:
         if self.batcher is not None and self.batcher.active():
             return self.batcher.complete(messages, grammar, max_tokens)
-        return self._call(
+        return self.send(
             Request(
                 messages,
                 GBNF_GRAMMAR if grammar is None else grammar,
@@ -339,9 +205,9 @@ class EndpointGenerator:
         """Every request at once (up to ``concurrency`` in flight); results in request
         order."""
         if len(requests) <= 1:
-            return [self._call(r) for r in requests]
+            return [self.send(r) for r in requests]
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests))) as pool:
-            return list(pool.map(self._call, requests))
+            return list(pool.map(self.send, requests))
 
     # --- one request ------------------------------------------------------------------------
 
@@ -366,7 +232,9 @@ class EndpointGenerator:
             **constraint,
         }
 
-    def _call(self, request: Request, use_cache: bool = True) -> dict[str, Any]:
+    def send(self, request: Request, use_cache: bool = True) -> dict[str, Any]:
+        """One call's result row fields; from the cache where it holds the request (and
+        ``use_cache``), else from the server, then cached."""
         body = self.request_body(request)
         key = request_key(body, self.server_id)
         cache = self.cache if use_cache else None
@@ -423,11 +291,14 @@ class EndpointGenerator:
             },
         }
 
-    def _headers(self) -> dict[str, str]:
+    def _request(self, url: str, data: bytes | None) -> urllib.request.Request:
+        """A GET (no ``data``) or a POST of JSON, with the key where one is configured."""
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        return headers
+        return urllib.request.Request(
+            url, data=data, headers=headers, method="GET" if data is None else "POST"
+        )
 
     def _post(self, path: str, body: Mapping[str, Any] | None) -> dict[str, Any]:
         """One request, retried on 429, 5xx, timeouts, refused connections and broken
@@ -438,11 +309,10 @@ class EndpointGenerator:
         for attempt in range(self.max_retries + 1):
             if attempt:
                 time.sleep(min(MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 1)))
-            request = urllib.request.Request(
-                url, data=data, headers=self._headers(), method="GET" if data is None else "POST"
-            )
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
+                with urllib.request.urlopen(
+                    self._request(url, data), timeout=self.timeout_s
+                ) as reply:
                     text = reply.read().decode("utf-8", errors="replace")
             except urllib.error.HTTPError as error:
                 detail = _error_detail(error)
@@ -529,40 +399,17 @@ class EndpointGenerator:
                 "of those"
             )
         entry = next((m for m in entries if m.get("id") == self.model), {})
-        self.server = self.identity(entry)
-        self.server_id = identity_hash(self.server)
-
-    def identity(self, entry: Mapping[str, Any]) -> dict[str, Any]:
-        """Who answers: the served model's id and every fingerprint the server exposes
-        (``entry``: its /v1/models entry; llama-server's /props at the server's root: the
-        model file, the build, the window and a hash of the chat template it applies)."""
-        identity: dict[str, Any] = {"model": self.model}
-        identity.update({k: entry[k] for k in MODEL_FINGERPRINTS if k in entry})
         props = self._optional_get(self.base_url.removesuffix("/v1") + "/props")
-        if props:
-            settings = props.get("default_generation_settings") or {}
-            n_ctx = settings.get("n_ctx", props.get("n_ctx"))
-            for key, value in (
-                ("props.model_path", props.get("model_path")),
-                ("props.build_info", props.get("build_info")),
-                ("props.n_ctx", n_ctx),
-                ("props.total_slots", props.get("total_slots")),
-            ):
-                if value is not None:
-                    identity[key] = value
-            template = props.get("chat_template")
-            if isinstance(template, str) and template:
-                identity["props.chat_template_sha256"] = hashlib.sha256(
-                    template.encode("utf-8")
-                ).hexdigest()
-        return identity
+        self.server = server_identity(self.model, entry, props)
+        self.server_id = identity_hash(self.server)
 
     def _optional_get(self, url: str) -> dict[str, Any] | None:
         """One GET of a route only some servers have (llama-server's /props): its JSON
         object, or None for any failure (another server, a 404, not JSON)."""
-        request = urllib.request.Request(url, headers=self._headers(), method="GET")
         try:
-            with urllib.request.urlopen(request, timeout=min(self.timeout_s, 30)) as reply:
+            with urllib.request.urlopen(
+                self._request(url, None), timeout=min(self.timeout_s, 30)
+            ) as reply:
                 parsed = json.loads(reply.read().decode("utf-8", errors="replace"))
         except (OSError, ValueError, http.client.HTTPException):
             return None
@@ -570,112 +417,17 @@ class EndpointGenerator:
 
     def window(self) -> dict[str, Any]:
         """The server's context window beside the run's and the paper's."""
-        return {
-            "server": server_window(self.server),
-            "configured": self.settings.n_ctx,
-            "paper": PAPER_WINDOW,
-        }
+        return window_record(self.server, self.settings.n_ctx)
 
     def check_window(self) -> None:
-        """Where the server reports its context window, one smaller than the run's
-        ``generation.n_ctx`` is a config error: prompts are built to fit ``n_ctx`` with
-        ``max_tokens`` to spare, and a server that cuts them answers another question."""
-        window = server_window(self.server)
-        if window is None:
-            log.info(
-                "model %s: %s reports no context window; generation.n_ctx %d is assumed "
-                "(a prompt that does not fit comes back as a named HTTP 400)",
-                self.name,
-                self.host,
-                self.settings.n_ctx,
-            )
-        elif window < self.settings.n_ctx:
-            raise EndpointError(
-                f"models.{self.name}: {self.host} serves {self.model!r} with a context window "
-                f"of {window} tokens, smaller than generation.n_ctx {self.settings.n_ctx} "
-                f"that the prompts and max_tokens {self.settings.max_tokens} are sized for "
-                f"(the paper's: {PAPER_WINDOW}). Relaunch the server with a window of "
-                f"{self.settings.n_ctx} (vLLM: --max-model-len {self.settings.n_ctx}; "
-                f"SGLang: --context-length {self.settings.n_ctx}; llama-server: "
-                f"-c {self.settings.n_ctx}) or lower generation.n_ctx"
-            )
+        check_window(self)
 
     def canary(self) -> dict[str, Any]:
-        """Send the canary's probes (:data:`CANARY_PROBES`), uncached, in the configured
-        dialect; a reply its grammar refuses is a :class:`CanaryError` naming the model,
-        the dialect and the reply. Under ``constraint: none`` nothing is constrained, so
-        nothing is proven: the probes are sent and recorded, and the run counts the
-        outputs it cannot parse as it always does. Returns the canary's record."""
-        probes = []
-        for probe, grammar in CANARY_PROBES:
-            request = Request(
-                [{"role": "user", "content": CANARY_PROMPT}], grammar, CANARY_MAX_TOKENS
-            )
-            result = self._call(request, use_cache=False)
-            verdict = grammar_verdict(grammar, result["raw"], result["finish_reason"])
-            probes.append(
-                {
-                    "probe": probe,
-                    "verdict": verdict,
-                    "finish_reason": result["finish_reason"],
-                    "reply": result["raw"][:500],
-                    "system_fingerprint": result["served"].get("system_fingerprint"),
-                }
-            )
-            if verdict == PARTLY_APPLIED and self.dialect != "none":
-                log.warning(
-                    "model %s: %s applied the shape of the %s constraint but not a number's "
-                    "range (probe %r: %r); such outputs count as parse failures",
-                    self.name,
-                    self.host,
-                    self.dialect,
-                    probe,
-                    result["raw"][:200],
-                )
-            if verdict == REFUSED and self.dialect != "none":
-                raise CanaryError(
-                    f"models.{self.name}: {self.host} ignored the {self.dialect!r} constraint "
-                    f"of model {self.model!r}: the canary's {probe!r} probe, which asks for "
-                    f"prose under a grammar that refuses it, came back "
-                    f"{result['raw'][:200]!r} (finish_reason {result['finish_reason']!r}). "
-                    "No cell was computed. Set models."
-                    f"{self.name}.endpoint.constraint to the dialect this server applies "
-                    "(gbnf for llama-server, vllm, sglang, json_schema for hosted APIs), or "
-                    "check that the server was launched with structured outputs enabled"
-                )
-        return {
-            "model": self.name,
-            "served_model": self.model,
-            "host": self.host,
-            "constraint": self.dialect,
-            "proven": self.dialect != "none",
-            "fully_applied": all(p["verdict"] == VALID for p in probes),
-            "identity": self.server,
-            "identity_hash": self.server_id,
-            "window": self.window(),
-            "probes": probes,
-        }
+        """The canary's probes and record (:func:`grabrag.generation.served_proof.run_canary`)."""
+        return run_canary(self)
 
     def check_canary(self, path: Path) -> None:
-        """The server must still be the one its canary proved: other weights, another
-        build or another window behind the same served name is a named error, so that no
-        row of the new server is mixed with the old one's."""
-        try:
-            proven = json.loads(path.read_text(encoding="utf-8"))["identity_hash"]
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            raise EndpointError(
-                f"models.{self.name}: the canary file {path} cannot be read ({error}); "
-                "delete it and rerun, so the canary runs again"
-            ) from None
-        if self.server and proven != self.server_id:
-            raise EndpointError(
-                f"models.{self.name}: {self.host} no longer is the server its canary proved "
-                f"({path}: identity {proven}; now {self.server_id}: {self.server}). Other "
-                "weights, another build or another window answer under the same name, so "
-                "no cached response or finished row of the old one is reused: rerun the "
-                "canary and every cell of this model with `snakemake --forcerun "
-                "endpoint_canary` (add your usual options)"
-            )
+        check_canary(self, path)
 
     def report(self) -> dict[str, Any]:
         return {
