@@ -129,6 +129,9 @@ def _model_rule_benchmarks() -> dict[str, str]:
 # listed there too. Each writes a benchmark (check_rules in rules/common.smk insists).
 MODEL_RULE_BENCHMARKS = _model_rule_benchmarks()
 MODEL_RULES = frozenset(MODEL_RULE_BENCHMARKS)
+# The model rule of the re-ask audit, which a config plans only with reask_audit.questions
+# set; every other model rule runs in every run of the tiny config.
+AUDIT_MODEL_RULES = frozenset({"reask"})
 # Every rule of rules/*.smk, those a config switches off included.
 RULE_NAMES = frozenset(_rule_declarations())
 

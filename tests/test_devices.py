@@ -198,6 +198,7 @@ def test_only_a_model_that_offloads_holds_a_gpu_slot(tmp_path: Path, gpu_slots: 
             "results/evidential/{model}/nq_bigbench/Q100/EVID.jsonl",
             "results/cdd/{model}/nq_bigbench/Q100/traces.jsonl",
             "results/cdd/{model}/nq_bigbench/Q100/CAI.jsonl",
+            "results/reask/{model}/nq_bigbench/Q100.jsonl",
         )
     ]
     resources = ("--resources", f"gpu={gpu_slots}")

@@ -42,6 +42,7 @@ from grabrag.generation.served_proof import (
 from grabrag.policies.nli import LlmNli
 
 from .conftest import (
+    AUDIT_MODEL_RULES,
     CORES,
     KEY,
     KEY_VARIABLE,
@@ -737,7 +738,7 @@ def test_tiny_config_model_stages_through_the_server(
     jobs = planned_jobs(output)
     canary = json.loads((tmp_path / "results/endpoint/micro/canary.json").read_text())
     assert canary["proven"] and canary["identity"]["model"] == SERVED_NAME, canary
-    assert MODEL_RULES <= set(jobs), jobs
+    assert MODEL_RULES - AUDIT_MODEL_RULES <= set(jobs), jobs
     # nothing upstream of the model stages reran: only the model jobs and what reads them
     assert not set(jobs) & {"prepare_data", "embed", "retrieve", "build_contexts", "swaps"}, jobs
     # a served model's jobs hold no GPU slot (Snakemake prints each job's resources)
@@ -778,6 +779,23 @@ def test_tiny_config_model_stages_through_the_server(
     assert compared > 15, compared
     assert agreed == compared, f"{agreed}/{compared} agree ({raw_agreed} raw)"
 
+    # The re-ask audit through the server: a cell's first question sent again one call at
+    # a time (the cell ran at concurrency 2), to the server and never from the cache
+    audited = tmp_path / "audited.yaml"
+    settings = yaml.safe_load(config.read_text())
+    audited.write_text(yaml.safe_dump({**settings, "reask_audit": {"questions": 1}}))
+    reask = "results/reask/micro/nq_bigbench/QC.jsonl"
+    proc = snakemake(tmp_path, reask, configfile=audited, env={KEY_VARIABLE: KEY})
+    assert planned_jobs(proc.stdout + proc.stderr) == {"reask": 1}
+    reasked = [json.loads(line) for line in (tmp_path / reask).read_text().splitlines()]
+    qc = tmp_path / "results/generation/micro/nq_bigbench/QC"
+    for row in reasked:
+        own = json.loads((qc / f"{row['prompt']}.jsonl").read_text().splitlines()[0])
+        assert (row["qid"], row["batch"], own["batch"]) == (own["qid"], 1, 2)
+        assert row["served"]["cached"] is False and row["served"]["model"] == SERVED_NAME
+        assert row["served"]["identity"] == canary["identity_hash"]
+    assert len(reasked) == 3
+
     # Other weights behind the same served name: a model job that runs now stops, naming it
     proxy.models = lambda listed: {
         **listed,
@@ -803,7 +821,7 @@ def test_tiny_config_model_stages_through_the_server(
         tmp_path, *targets, "--forcerun", "endpoint_canary", configfile=config,
         env={KEY_VARIABLE: KEY},
     )  # fmt: skip
-    assert MODEL_RULES <= set(planned_jobs(proc.stdout + proc.stderr))
+    assert MODEL_RULES - AUDIT_MODEL_RULES <= set(planned_jobs(proc.stdout + proc.stderr))
     renewed = json.loads((tmp_path / "results/endpoint/micro/canary.json").read_text())
     assert renewed["identity"]["root"] == "/models/other-weights"
     rows = [json.loads(line) for line in (tmp_path / closed_book).read_text().splitlines()]

@@ -123,20 +123,24 @@ def open_generator(
     model_input: Any,
     settings: GenerationSettings,
     n_threads: int,
+    cached: bool = True,
 ) -> Any:
     """The generator of ``models.<name>``: a served model (its ``endpoint``, see
     :mod:`grabrag.generation.endpoint`) or its GGUF file loaded in this process. Both answer
     ``complete``, ``reset``, ``preflight`` and ``batcher`` alike. ``model_input``: what the
     rule's ``model`` input holds (``model_input`` in rules/common.smk, from
     :attr:`ModelEntry.proof`): a local model's asset manifest, a served model's canary
-    file."""
+    file. ``cached``: whether a served model's responses come from (and go to) the response
+    cache; the re-ask audit sends its calls again for real."""
     from grabrag.data.assets import given_path
 
     given = given_path(model_input)
     if is_served(model):
         from grabrag.generation.endpoint import EndpointGenerator
 
-        return EndpointGenerator(name, model["endpoint"], settings, canary=given)
+        if cached:
+            return EndpointGenerator(name, model["endpoint"], settings, canary=given)
+        return EndpointGenerator(name, model["endpoint"], settings, cache_path=None, canary=given)
     from grabrag.data.assets import resolve
     from grabrag.generation.generator import GenerationError, LlamaGenerator
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from grabrag.core import registry
@@ -33,16 +34,26 @@ def write_table(table: Table, stem: str | Path, caption: str) -> list[Path]:
     return _write_table(display_policies(table), stem, caption, tidy=table)
 
 
-def decoding_note(batches: Mapping[str, int]) -> str:
-    """The sentence that says a table's model calls were decoded several at a time (the
-    models' ``batch`` setting); empty when every model decoded one call at a time."""
-    batched = {model: batch for model, batch in batches.items() if batch > 1}
+def decoding_note(decoding: Mapping[str, Mapping[str, Any]]) -> str:
+    """The sentence that says a table's model calls were decoded several at a time: a
+    GGUF's ``batch`` above 1 (batched decoding in one llama.cpp context) or a served
+    model's ``concurrency`` above 1 (calls in flight together, batched by the serving
+    engine); empty when every model decoded one call at a time. ``decoding``: per model,
+    :meth:`grabrag.pipeline.run.Run.decoding`."""
+    batched = {m: d for m, d in decoding.items() if d["side_by_side"] > 1}
     if not batched:
         return ""
-    listed = ", ".join(f"{model} {batch}" for model, batch in sorted(batched.items()))
+    listed = ", ".join(
+        f"{model} {'concurrency' if d['served'] else 'batch'} {d['side_by_side']}"
+        for model, d in sorted(batched.items())
+    )
+    if all(d["audited"] for d in batched.values()):
+        measured = "table reask_agreement gives how often they did"
+    else:
+        measured = "the re-ask audit (config reask_audit) measures how often"
     return (
-        f"Model calls decoded in batches (batch size: {listed}); near ties can decode "
-        "differently than one call at a time."
+        f"Model calls decoded several at a time ({listed}); near ties can decode "
+        f"differently than one call at a time ({measured})."
     )
 
 
