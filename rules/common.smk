@@ -26,6 +26,9 @@ from grabrag.pipeline.run import (
     DECISION_FILE,
     EVIDENTIAL_FILE,
     GENERATION_FILE,
+    REASK_FILE,
+    REASK_TABLE,
+    REPRODUCTION_TABLES,
     TABLE_PAGES,
     Run,
     cell_file,
@@ -110,7 +113,8 @@ NER_PRIORITY = ALL_CORES_PRIORITY if NER_THREADS > 1 else PREPARATION_PRIORITY
 pool_source = lambda w: dataset_asset(w) if config["qc"]["pool"] == "dataset_gold" else []
 dataset_adapter = lambda w: config["datasets"][RUN.configured_dataset(w.dataset)]["adapter"]
 
-# --- model jobs: rules/endpoint.smk, generate.smk, policies.smk (nli), evidential.smk, cdd.smk
+# --- model jobs: rules/endpoint.smk, generate.smk, reask.smk, policies.smk (nli),
+# evidential.smk, cdd.smk
 SERVED_MODELS = _alternatives(RUN.served_models())
 # What stands for a model among a job's inputs: a local model's asset manifest, a served
 # model's canary file (rules/endpoint.smk).
@@ -173,6 +177,8 @@ report_code = lambda w: extension_code(report_item(w).code_file())
 # --- code hashes -----------------------------------------------------------------------
 SCRIPTS_DIR = Path(workflow.basedir) / "workflow" / "scripts"
 LIBRARY_DIR = Path(workflow.basedir) / "workflow" / "grabrag"
+# The papers' published numbers (rules/report.smk: reproduction): data, so an input.
+PUBLISHED_FILES = sorted(str(p) for p in (LIBRARY_DIR / "report" / "published").glob("*.csv"))
 
 
 @functools.cache
@@ -248,6 +254,13 @@ def report_caption(kind):
 def table_caption(wildcards):
     """A table's caption on one line, as its Markdown and LaTeX files carry it."""
     return render_caption(caption_template("tables", wildcards.table), config)
+
+
+def extra_caption(name):
+    """The caption on one line of a table outside the registry (the reproduction report,
+    the re-ask audit): workflow/report/tables/<name>.rst."""
+    path = Path(workflow.basedir) / "workflow" / "report" / "tables" / f"{name}.rst"
+    return render_caption(path.read_text(encoding="utf-8"), config)
 
 
 def across_seeds_caption(table):

@@ -24,7 +24,7 @@ from grabrag.core.plugins import config_modules, load_modules
 from grabrag.data.asset_checks import human_bytes
 from grabrag.data.asset_hub import asset_bytes
 from grabrag.data.truthfulqa import QUESTIONS_IN_FILE
-from grabrag.pipeline.run import method_datasets, policies_reading, scoped_policies
+from grabrag.pipeline.scope import method_datasets, policies_reading, scoped_policies
 
 
 def used_assets(config: Mapping[str, Any]) -> list[str]:

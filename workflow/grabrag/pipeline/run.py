@@ -13,8 +13,6 @@ qualify).
 
 from __future__ import annotations
 
-import itertools
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,9 +28,11 @@ from grabrag.core.conditions import (
 )
 from grabrag.generation.backends import ModelEntry, VerifierEntry, model_entries, verifier_entry
 from grabrag.generation.prompts import CONTEXT_PROMPTS
+from grabrag.generation.reask import audit_concurrency, own_concurrency
+from grabrag.pipeline.cells import Cell, cell_file, cells, files, stable
+from grabrag.pipeline.scope import method_datasets, policies_reading, scoped_policies
+from grabrag.report.reproduction import published_numbers
 from grabrag.report.specs import figure_names, paper_order, report_labels, table_names, table_spec
-
-Cell = Mapping[str, Any]
 
 # The per-cell files other stages read, from their declarations. The rule that writes one
 # spells its path out in its output (Snakemake's guidelines: literal results/ paths there).
@@ -51,6 +51,12 @@ CDD_DIAGNOSTICS_FILE = outputs.output(outputs.CDD_DIAGNOSTICS_TABLE).pattern
 GENERATION_REPORT_FILE = outputs.output(outputs.GENERATION_REPORTS).pattern
 TABLE_FILE = "results/tables/{table}.csv"
 TABLE_PAGE_FILE = "results/tables/{table}.html"
+# The re-ask audit: each generation cell's re-asked calls, and the table over them.
+REASK_FILE = "results/reask/{model}/{dataset}/{condition}.jsonl"
+REASK_TABLE = "reask_agreement"
+# The reproduction report: the papers' published numbers against this run's, and their
+# headline findings as claims.
+REPRODUCTION_TABLES = ("reproduction", "reproduction_claims")
 FIGURE_FILE = "results/figures/{figure}.pdf"
 
 # The report's two folders of table pages (rule table_pages) and their category there.
@@ -68,48 +74,6 @@ CONTEXT_KEYS = {
     "QC": ("n_passages", "max_context_tokens"),
     "QX": ("n_passages", "max_context_tokens"),
 }
-
-
-def stable(mapping: Any) -> Any:
-    """A key-sorted copy: params compare by value, so reordering the YAML reruns nothing."""
-    return json.loads(json.dumps(mapping, sort_keys=True))
-
-
-def cells(**values: Sequence[Any]) -> list[dict[str, Any]]:
-    """Every combination of the given wildcard values, in ``expand``'s order, each a dict
-    such as {"model": ..., "dataset": ...}. A rule passes them as a param beside the files
-    :func:`files` names after them: its script learns what each file is about from the
-    param, never from the path."""
-    return [dict(zip(values, combo, strict=True)) for combo in itertools.product(*values.values())]
-
-
-def files(pattern: str, keys: Sequence[Cell]) -> list[str]:
-    """The file of each key of :func:`cells` (pattern: wildcard names in braces)."""
-    return [pattern.format(**key) for key in keys]
-
-
-def cell_file(pattern: str, cell: Cell, **values: Any) -> str:
-    """The file of one job's cell: ``pattern`` filled from its wildcards, ``values`` added
-    or in their place (e.g. a policy job's input from another stage of the same cell)."""
-    return pattern.format_map({**cell, **values})
-
-
-def policies_reading(policies: Sequence[str], source: str) -> list[str]:
-    """The policies among ``policies`` whose registry entry reads ``source`` (one of
-    :data:`grabrag.core.registry.SOURCES`): e.g. the NLI verdicts, the CDD traces."""
-    return [p for p in policies if source in registry.policy(p).inputs.values()]
-
-
-def scoped_policies(config: Mapping[str, Any], section: str) -> list[str]:
-    """The configured policies a method's config section (``evidential``, ``cdd``) scopes."""
-    return [p for p in config["policies"]["names"] if registry.policy(p).scope == section]
-
-
-def method_datasets(config: Mapping[str, Any], section: str) -> list[str]:
-    """The configured datasets a method runs on (``<section>.datasets``, null = all), in
-    the config's order."""
-    names = config[section].get("datasets")
-    return [d for d in config["datasets"] if names is None or d in names]
 
 
 class Run:
@@ -167,6 +131,11 @@ class Run:
         self.cdd_traces = bool(policies_reading(self.policies, registry.CDD_TRACES))
         self.cdd_baselines = policies_reading(self.policies, registry.CDD_CELL)
         self.runs_nli = bool(policies_reading(self.policies, registry.NLI))
+        # Tables outside the registry, after the papers' tables: the reproduction report
+        # and the re-ask audit (our determinism check).
+        self.reask_questions = config["reask_audit"]["questions"]
+        reask = [REASK_TABLE] if self.reask_questions else []
+        self.extra_tables = [*REPRODUCTION_TABLES, *reask]
 
         self._scope_report()
         self.model_entries = model_entries(config, local_threads)
@@ -204,7 +173,7 @@ class Run:
         ]
         self.figure_names = figure_names(self.features)
         # The report lists the tables in the papers' order, the figures as declared.
-        self.table_labels = report_labels(paper_order(self.table_names))
+        self.table_labels = report_labels([*paper_order(self.table_names), *self.extra_tables])
         self.figure_labels = report_labels(self.figure_names)
 
     # --- scope ------------------------------------------------------------------------
@@ -313,9 +282,39 @@ class Run:
         """For the tables' note: each served model's server, model name and constraint."""
         return {m: self.model(m).served_note() for m in self.models if self.model(m).served}
 
-    def decoding(self) -> dict[str, Any]:
-        """Each model's batch setting, for the tables' batching note."""
-        return {m: self.config["models"][m]["batch"] for m in self.models}
+    def decoding(self) -> dict[str, dict[str, Any]]:
+        """For the tables' batching note: how many calls each model decodes side by side
+        (a GGUF's ``batch``, a served model's ``concurrency``), and whether the re-ask
+        audit measured what that changes."""
+        return {
+            m: {
+                "side_by_side": own_concurrency(self.config["models"][m]),
+                "served": self.model(m).served,
+                "audited": bool(self.reask_questions),
+            }
+            for m in self.models
+        }
+
+    def reask_cells(self) -> list[dict[str, Any]]:
+        """The generation cells the re-ask audit sends again (none when it is off): every
+        model on every configured dataset and condition (not the seed rebuilds)."""
+        if not self.reask_questions:
+            return []
+        return cells(model=self.models, dataset=self.datasets, condition=self.conditions)
+
+    def reproduction_inputs(self) -> list[str]:
+        """The tidy tables of this run that the papers' published numbers name."""
+        named = {row["table"] for row in published_numbers()}
+        return [f"results/tables/{t}.tidy.csv" for t in self.table_names if t in named]
+
+    def reask_generation_cells(self) -> list[dict[str, Any]]:
+        """The generation files (as cells) the re-asked calls are compared with."""
+        return [{**c, "prompt": p} for c in self.reask_cells() for p in CONTEXT_PROMPTS]
+
+    def reask_concurrency(self, model: str) -> int:
+        """The concurrency model ``model``'s calls are re-asked at."""
+        configured = self.config["reask_audit"]["concurrency"]
+        return audit_concurrency(self.config["models"][model], configured)
 
     # --- settings each job reads --------------------------------------------------------
 
@@ -525,7 +524,7 @@ class Run:
         """The HTML pages of one report folder (a key of TABLE_PAGES): every table, or
         each table across the construction seeds (none with one seed)."""
         if pages == "tables":
-            return files(TABLE_PAGE_FILE, cells(table=self.table_names))
+            return files(TABLE_PAGE_FILE, cells(table=[*self.table_names, *self.extra_tables]))
         if not self.extra_seeds:
             return []
         return [f"results/tables/across_seeds/{name}.html" for name in self.seeded_tables]
@@ -577,7 +576,7 @@ class Run:
                 targets += self.policy_files(model, dataset)
                 targets += self.evidential_files(model, dataset)
                 targets += self.cdd_files(model, dataset)
-        targets += files(TABLE_FILE, cells(table=self.table_names))
+        targets += files(TABLE_FILE, cells(table=[*self.table_names, *self.extra_tables]))
         targets += files(FIGURE_FILE, cells(figure=self.figure_names))
         for table in self.seeded_tables if self.extra_seeds else ():
             targets += [f"results/tables/seed{seed}/{table}.csv" for seed in self.extra_seeds]
