@@ -145,6 +145,7 @@ class FigureSpec(ReportItem):
 TABLE_MODULES = (
     "grabrag.report.grabrag_tables",
     "grabrag.report.p3_tables",
+    "grabrag.report.knowledge_tables",
     "grabrag.report.audit_tables",
     "grabrag.report.evidential_tables",
     "grabrag.report.cdd_tables",
