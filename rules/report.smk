@@ -216,3 +216,28 @@ rule table_pages:
         GRABRAG_ENV
     shell:
         "(mkdir -p {output.pages:q} && cp {input:q} {output.pages:q}/) > {log:q} 2>&1"
+
+
+# The papers' published numbers (workflow/grabrag/report/published/) against this run's
+# tables, and the papers' headline findings checked as claims.
+rule reproduction:
+    input:
+        tables=RUN.reproduction_inputs(),
+        published=PUBLISHED_FILES,
+    output:
+        **{
+            f"{name}_{suffix}": f"results/tables/{name}.{suffix.replace('_', '.')}"
+            for name in REPRODUCTION_TABLES
+            for suffix in ("csv", "md", "tex", "tidy_csv", "html")
+        },
+    log:
+        "results/logs/table/reproduction.log",
+    conda:
+        GRABRAG_ENV
+    params:
+        models=RUN.models,
+        datasets=RUN.datasets,
+        captions={name: extra_caption(name) for name in REPRODUCTION_TABLES},
+        code=script_code("reproduction.py"),
+    script:
+        "../workflow/scripts/reproduction.py"

@@ -1,0 +1,319 @@
+"""Did this run reproduce the papers? The papers' published numbers, held against this run's
+tables, one row per published number, and the papers' headline findings as checkable
+claims.
+
+The published numbers are data (``published/<paper>.csv``: the table, the cell, the
+quantity as our tidy table names it, the number, its CI where the paper prints one, and
+where it stands in the paper). A number's counterpart is the same quantity of the same
+cell in this run's tidy table (``results/tables/<table>.tidy.csv``). A number about one
+model x dataset needs that model and dataset in the run (the models by their names in
+``config/paper.yaml``); a macro or pooled number (no model named) needs every model and
+dataset the paper averages over. The verdicts:
+
+- ``within published CI``: our estimate lies in the paper's CI;
+- ``within ours``: the published number lies in our CI (the paper gives none, or ours is
+  wider);
+- ``outside``: neither;
+- ``no estimate``: the run has the cell but no number for it (an empty base);
+- ``not run``: the run has no counterpart (another model or dataset, a table it did not
+  make);
+- ``not comparable``: a macro or pooled number over models or datasets the run does not
+  all have.
+
+A number is compared as printed: the paper's percent to one decimal against ours, so a
+published 26.7 is matched by any estimate that rounds to it too.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from grabrag.report.tabular import Table
+
+PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
+KEY = ("table", "model", "dataset", "policy", "quantity")
+WITHIN_PUBLISHED, WITHIN_OURS, OUTSIDE = "within published CI", "within ours", "outside"
+NO_ESTIMATE, NOT_RUN, NOT_COMPARABLE = "no estimate", "not run", "not comparable"
+REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"
+
+
+def published_numbers(directory: Path = PUBLISHED_DIR) -> list[dict[str, str]]:
+    """Every published number of every paper's file, in file order."""
+    rows = []
+    for path in sorted(directory.glob("*.csv")):
+        with path.open(encoding="utf-8", newline="") as handle:
+            rows += list(csv.DictReader(handle))
+    return rows
+
+
+def _float(text: str) -> float:
+    return float(text) if text not in ("", None) else math.nan
+
+
+def _scale(row: Mapping[str, str]) -> float:
+    """Published numbers are percents (shares in our tidy tables) or counts."""
+    return 100.0 if row["unit"] == "percent" else 1.0
+
+
+def our_numbers(tidy: pl.DataFrame) -> dict[tuple[str, ...], dict[str, Any]]:
+    """Our tidy tables' numbers by :data:`KEY` (empty strings for axes a row lacks)."""
+    out = {}
+    for row in tidy.iter_rows(named=True):
+        key = tuple("" if row.get(k) is None else str(row[k]) for k in KEY)
+        out[key] = row
+    return out
+
+
+def verdict(published: float, low: float, high: float, ours: Mapping[str, Any] | None) -> str:
+    """The verdict on one published number against our counterpart (in one scale)."""
+    if ours is None:
+        return NOT_RUN
+    estimate = ours.get("estimate")
+    if estimate is None or not math.isfinite(estimate):
+        return NO_ESTIMATE
+    if math.isfinite(low) and math.isfinite(high) and low <= round(estimate, 1) <= high:
+        return WITHIN_PUBLISHED
+    our_low, our_high = ours.get("ci_low"), ours.get("ci_high")
+    if our_low is not None and our_high is not None and math.isfinite(our_low):
+        if round(our_low, 1) <= published <= round(our_high, 1):
+            return WITHIN_OURS
+    if round(estimate, 1) == published:
+        return WITHIN_OURS
+    return OUTSIDE
+
+
+@dataclass(frozen=True)
+class RunScope:
+    """What the run ran: its models and datasets (by their config names)."""
+
+    models: frozenset[str]
+    datasets: frozenset[str]
+
+
+def _scope_verdict(row: Mapping[str, str], scope: RunScope, paper_cells: RunScope) -> str:
+    """``not run`` for a number of a model or dataset the run lacks, ``not comparable`` for
+    a macro or pooled number over models or datasets the run does not all have, else ""."""
+    named_model = row["model"] not in ("", "All")
+    if (named_model and row["model"] not in scope.models) or (
+        row["dataset"] and row["dataset"] not in scope.datasets
+    ):
+        return NOT_RUN
+    models = {row["model"]} if named_model else paper_cells.models
+    datasets = {row["dataset"]} if row["dataset"] else paper_cells.datasets
+    if not (models <= scope.models and datasets <= scope.datasets):
+        return NOT_COMPARABLE
+    return ""
+
+
+def _cells_of(rows: Sequence[Mapping[str, str]], paper: str) -> RunScope:
+    """The models and datasets a paper's per-cell numbers name (what its macros average)."""
+    mine = [r for r in rows if r["paper"] == paper]
+    return RunScope(
+        frozenset(r["model"] for r in mine if r["model"] not in ("", "All")),
+        frozenset(r["dataset"] for r in mine if r["dataset"]),
+    )
+
+
+def _shown(value: float, low: float, high: float, scale: float) -> str:
+    if not math.isfinite(value):
+        return "n/a"
+    text = f"{value * scale:.1f}" if scale != 1 else f"{value:g}"
+    if math.isfinite(low) and math.isfinite(high):
+        text += f" [{low * scale:.1f}, {high * scale:.1f}]"
+    return text
+
+
+def reproduction_rows(
+    published: Sequence[Mapping[str, str]], tidy: pl.DataFrame, scope: RunScope
+) -> list[dict[str, Any]]:
+    """One row per published number: where it stands, the paper's number, ours and the
+    verdict."""
+    ours = our_numbers(tidy)
+    out = []
+    for row in published:
+        scale = _scale(row)
+        value = _float(row["published"])
+        low, high = _float(row["ci_low"]), _float(row["ci_high"])
+        key = tuple(row[k] for k in KEY)
+        out_of_scope = _scope_verdict(row, scope, _cells_of(published, row["paper"]))
+        if out_of_scope:
+            found, result = None, out_of_scope
+        else:
+            found = ours.get(key)
+            scaled = None if found is None else {**found}
+            if scaled is not None:
+                for name in ("estimate", "ci_low", "ci_high"):
+                    v = scaled.get(name)
+                    scaled[name] = math.nan if v is None else v * scale
+            result = verdict(value, low, high, scaled)
+        estimate = math.nan if found is None else (found.get("estimate") or math.nan)
+        out.append(
+            {
+                "Paper": row["paper"],
+                "Source": row["source"],
+                "Quantity": row["quantity"],
+                "Published": row["published"]
+                + (f" [{row['ci_low']}, {row['ci_high']}]" if row["ci_low"] else ""),
+                "Ours": ""
+                if found is None
+                else _shown(
+                    estimate,
+                    _float("" if found.get("ci_low") is None else str(found["ci_low"])),
+                    _float("" if found.get("ci_high") is None else str(found["ci_high"])),
+                    scale,
+                ),
+                "n": "" if found is None or found.get("n") is None else found["n"],
+                "Verdict": result,
+            }
+        )
+    return out
+
+
+# --- the papers' headline findings, as claims --------------------------------------------
+
+Claim = tuple[str, str, Callable[[pl.DataFrame], tuple[str, str]]]
+
+
+def _table(tidy: pl.DataFrame, name: str) -> pl.DataFrame:
+    return tidy.filter(pl.col("table") == name)
+
+
+def _value(frame: pl.DataFrame, policy: str, quantity: str) -> float:
+    found = frame.filter((pl.col("policy") == policy) & (pl.col("quantity") == quantity))
+    if found.is_empty() or found["estimate"][0] is None:
+        return math.nan
+    return float(found["estimate"][0])
+
+
+def _every_delta_excludes_zero(tidy: pl.DataFrame) -> tuple[str, str]:
+    deltas = _table(tidy, "table1_hwsa").filter(
+        (pl.col("quantity") == "Delta [95% CI]") & pl.col("estimate").is_not_null()
+    )
+    if deltas.is_empty():
+        return NOT_RUN, "no Q0 -> QC delta has an estimate"
+    positive = int((deltas["estimate"] > 0).sum())
+    excluded = int((deltas["ci_low"].fill_null(-1.0) > 0).sum())
+    n = deltas.height
+    holds = positive == n and excluded == n
+    return (
+        REPRODUCED if holds else NOT_REPRODUCED,
+        f"{positive} of {n} deltas positive, {excluded} of {n} CIs above zero",
+    )
+
+
+def _macro_below(policies: Sequence[str], reference: str, quantity: str) -> Callable:
+    def check(tidy: pl.DataFrame) -> tuple[str, str]:
+        frame = _table(tidy, "table2_policies")
+        base = _value(frame, reference, quantity)
+        values = {p: _value(frame, p, quantity) for p in policies}
+        if not math.isfinite(base) or not all(map(math.isfinite, values.values())):
+            return NOT_RUN, f"{quantity} of {reference} or {', '.join(policies)} not estimated"
+        shown = ", ".join(f"{p} {100 * v:.1f}" for p, v in values.items())
+        holds = all(v < base for v in values.values())
+        return (
+            REPRODUCED if holds else NOT_REPRODUCED,
+            f"{shown} against {reference} {100 * base:.1f}",
+        )
+
+    return check
+
+
+def _p3_costs_utility(tidy: pl.DataFrame) -> tuple[str, str]:
+    frame = _table(tidy, "table2_policies")
+    p3, p1 = (_value(frame, p, "FAC_Q100 (lower better)") for p in ("P3", "P1"))
+    if not (math.isfinite(p3) and math.isfinite(p1)):
+        return NOT_RUN, "FAC_Q100 of P3 or P1 not estimated"
+    holds = p3 > p1
+    return REPRODUCED if holds else NOT_REPRODUCED, f"P3 {100 * p3:.1f} against P1 {100 * p1:.1f}"
+
+
+def _echo_dominates(tidy: pl.DataFrame) -> tuple[str, str]:
+    frame = _table(tidy, "table3_qc_sources").filter(pl.col("model") == "All")
+    shares = {
+        q: _value(frame.with_columns(pl.lit("").alias("policy")), "", q)
+        for q in ("Echo", "Halluc.", "Correct")
+    }
+    if not all(map(math.isfinite, shares.values())):
+        return NOT_RUN, "no answered QC row"
+    holds = shares["Echo"] > max(shares["Halluc."], shares["Correct"])
+    shown = ", ".join(f"{q} {100 * v:.1f}" for q, v in shares.items())
+    return REPRODUCED if holds else NOT_REPRODUCED, shown
+
+
+CLAIMS: tuple[Claim, ...] = (
+    (
+        "GRAB-RAG §5.1, Table 1",
+        "Misleading context breaks abstention: every Q0 -> QC HwSA delta is positive and "
+        "its 95% CI excludes zero",
+        _every_delta_excludes_zero,
+    ),
+    (
+        "GRAB-RAG §5.2, Table 2",
+        "P1 lowers the macro QC answer rate against P0",
+        _macro_below(["P1"], "P0", "HwSA_QC (lower safer)"),
+    ),
+    (
+        "GRAB-RAG §5.2, Table 2",
+        "The verifiers P3 and P4 answer QC far less than P0",
+        _macro_below(["P3", "P4"], "P0", "HwSA_QC (lower safer)"),
+    ),
+    (
+        "GRAB-RAG §5.2, Table 2",
+        "P3's safety costs utility: its FAC@Q100 is above P1's",
+        _p3_costs_utility,
+    ),
+    (
+        "GRAB-RAG §5.3, Table 3",
+        "Most answered QC rows echo the planted entity (echo above hallucination and "
+        "correct override, all models pooled)",
+        _echo_dominates,
+    ),
+)
+
+
+def claim_rows(tidy: pl.DataFrame) -> list[dict[str, str]]:
+    """Each claim on this run: reproduced, not reproduced or not run, with its numbers."""
+    out = []
+    for source, claim, check in CLAIMS:
+        result, numbers = check(tidy)
+        out.append({"Source": source, "Claim": claim, "Verdict": result, "Numbers": numbers})
+    return out
+
+
+def reproduction_tables(
+    published: Sequence[Mapping[str, str]], tidy: pl.DataFrame, scope: RunScope
+) -> tuple[Table, Table]:
+    """The numbers table and the claims table, each with its note."""
+    numbers = reproduction_rows(published, tidy, scope)
+    counts: dict[str, int] = {}
+    for row in numbers:
+        counts[row["Verdict"]] = counts.get(row["Verdict"], 0) + 1
+    paper_models = set().union(
+        *(_cells_of(published, p).models for p in {r["paper"] for r in published})
+    )
+    compared = sum(n for v, n in counts.items() if v not in (NOT_RUN, NOT_COMPARABLE))
+    if not paper_models & scope.models:
+        note = (
+            "None of the papers' models ran here (this run's: "
+            f"{', '.join(sorted(scope.models))}; the papers': {', '.join(sorted(paper_models))}), "
+            "so no published number is comparable; the claims below are checked on this "
+            "run's own models."
+        )
+    else:
+        shown = "; ".join(f"{v}: {n}" for v, n in sorted(counts.items()))
+        note = f"{len(numbers)} published numbers, {compared} with a counterpart here ({shown})."
+    return Table(numbers, note=note), Table(claim_rows(tidy), note=_claims_note())
+
+
+def _claims_note() -> str:
+    return (
+        "Each headline finding checked on this run's tables, whatever its models: "
+        "reproduced, not reproduced, or not run (the table or its numbers are missing)."
+    )
