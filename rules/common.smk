@@ -20,6 +20,7 @@ from grabrag.data.assets import manifest_path
 from grabrag.generation.prompts import CONTEXT_PROMPTS
 from grabrag.pipeline.codehash import code_hash, module_code_hash
 from grabrag.pipeline.config import validate_config
+from grabrag.pipeline.ledger_inputs import ledger_files, planned_calls
 from grabrag.pipeline.run import (
     CDD_CELL_FILE,
     CONTEXT_FILE,
@@ -160,6 +161,7 @@ evidential_cells = lambda w: RUN.evidential_cells(w.model, w.dataset)
 cdd_decision_cells = lambda w: RUN.cdd_decision_cells(w.model, w.dataset)
 
 # --- rules/report.smk ------------------------------------------------------------------
+LEDGER_FILES = ledger_files(RUN)
 audit_ratings = lambda w: RUN.audit_ratings(w.dataset)
 audit_decision_cells = lambda w: RUN.audit_decision_cells(w.dataset)
 metric_decision_cells = lambda w: RUN.metric_decision_cells(w.dataset)

@@ -241,3 +241,27 @@ rule reproduction:
         code=script_code("reproduction.py"),
     script:
         "../workflow/scripts/reproduction.py"
+
+
+# What the run's model calls cost, per model and stage, beside the plan's estimate.
+rule cost_ledger:
+    input:
+        [f["file"] for f in LEDGER_FILES],
+    output:
+        csv="results/tables/cost_ledger.csv",
+        md="results/tables/cost_ledger.md",
+        tex="results/tables/cost_ledger.tex",
+        tidy="results/tables/cost_ledger.tidy.csv",
+        html="results/tables/cost_ledger.html",
+    log:
+        "results/logs/table/cost_ledger.log",
+    conda:
+        GRABRAG_ENV
+    params:
+        files=LEDGER_FILES,
+        models=RUN.models,
+        planned=planned_calls(config),
+        caption=extra_caption("cost_ledger"),
+        code=script_code("cost_ledger.py"),
+    script:
+        "../workflow/scripts/cost_ledger.py"

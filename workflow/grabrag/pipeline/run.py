@@ -57,6 +57,8 @@ REASK_TABLE = "reask_agreement"
 # The reproduction report: the papers' published numbers against this run's, and their
 # headline findings as claims.
 REPRODUCTION_TABLES = ("reproduction", "reproduction_claims")
+# What the run's model calls cost (rule cost_ledger).
+LEDGER_TABLE = "cost_ledger"
 FIGURE_FILE = "results/figures/{figure}.pdf"
 
 # The report's two folders of table pages (rule table_pages) and their category there.
@@ -135,7 +137,7 @@ class Run:
         # and the re-ask audit (our determinism check).
         self.reask_questions = config["reask_audit"]["questions"]
         reask = [REASK_TABLE] if self.reask_questions else []
-        self.extra_tables = [*REPRODUCTION_TABLES, *reask]
+        self.extra_tables = [*REPRODUCTION_TABLES, LEDGER_TABLE, *reask]
 
         self._scope_report()
         self.model_entries = model_entries(config, local_threads)
