@@ -209,16 +209,25 @@ def test_every_hub_asset_came_through_the_registry_and_is_locked(rehearsal) -> N
 
 def test_each_model_runs_with_its_own_chat_template(paper_run: SimpleNamespace) -> None:
     """The same question, condition and prompt costs a different number of prompt tokens
-    under Phi-4-mini's, Llama-3.1's and Qwen2.5's templates, on the batched path (the
-    shipped batch: 8)."""
+    under Phi-4-mini's, Llama-3.1's and Qwen2.5's templates, one call at a time as the
+    paper decoded (the paper config's batch: 1; the three templates on the batched path:
+    tests/test_batching.py)."""
     tokens = {}
     for model in paper_run.config["models"]:
         path = paper_run.workdir / f"results/generation/{model}/nq/Q100/P1.jsonl"
         first = json.loads(path.read_text().splitlines()[0])
         tokens[model] = (first["qid"], first["prompt_tokens"])
-        assert first["batch"] == paper_run.config["models"][model]["batch"] == 8
+        assert first["batch"] == paper_run.config["models"][model]["batch"] == 1
     assert len(tokens) == 3 and len({qid for qid, _ in tokens.values()}) == 1, tokens
     assert len({n for _, n in tokens.values()}) == 3, tokens
+
+
+def test_the_extended_config_decodes_in_batches(extended_run: SimpleNamespace) -> None:
+    """config/extended.yaml keeps batching as its speed setting: its rows say batch 8."""
+    (model,) = extended_run.config["models"]
+    path = extended_run.workdir / f"results/generation/{model}/hotpotqa/Q100/P1.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert rows and {r["batch"] for r in rows} == {8}
 
 
 def test_the_paper_backends_did_the_work(rehearsal) -> None:
