@@ -35,6 +35,7 @@ rule metrics:
         code=script_code("metrics.py"),
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
+        build_seed=lambda w: RUN.construction_seed(w.dataset),
         decision_cells=lambda w: RUN.labelled(metric_decision_cells(w)),
         context_cells=lambda w: RUN.labelled(metric_context_cells(w)),
     script:

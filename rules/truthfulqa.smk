@@ -1,5 +1,5 @@
-# CDD's TruthfulQA misconception-injection probe (truthfulqa_probe): BIG-bench's TruthfulQA
-# questions and their paired contexts, the best answer or the most common misconception as
+# CDD's TruthfulQA misconception-injection probe (truthfulqa_probe): TruthfulQA's questions
+# (the hub's generation set, or BIG-bench's file) and their paired contexts, the best answer or the most common misconception as
 # the only passage. The generation, NLI, EvidentialRAG, CDD and policy rules then run on the
 # probe dataset as on any other, and the truthfulqa_probe table scores their decisions.
 
@@ -17,6 +17,7 @@ if RUN.truthfulqa_probe:
             GRABRAG_ENV
         params:
             n_questions=RUN.truthfulqa_probe["n_questions"],
+            format=RUN.truthfulqa_probe["format"],
             seed=config["seed"],
             code=script_code("truthfulqa_questions.py"),
         script:

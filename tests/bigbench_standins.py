@@ -180,6 +180,23 @@ TRUTHFUL_QA_EXAMPLES = [
 ]
 
 
+def hub_truthful_qa_rows() -> list[dict[str, Any]]:
+    """The same questions as the hub's truthfulqa/truthful_qa generation split has its rows
+    (tests/fixtures/hub/ holds them for the rehearsal's local hub)."""
+    return [
+        {
+            "type": "Adversarial",
+            "category": example["Category"],
+            "question": example["Question"],
+            "best_answer": example["Best answer"],
+            "correct_answers": example["True answers"],
+            "incorrect_answers": example["False answers"],
+            "source": "written for these tests",
+        }
+        for example in TRUTHFUL_QA_EXAMPLES
+    ]
+
+
 def truthful_qa_questions() -> dict[str, Any]:
     """A truthful_qa/questions.json stand-in (BIG-bench's keys and layout)."""
     return {"name": "truthful_qa", "canary": CANARY, "examples": TRUTHFUL_QA_EXAMPLES}

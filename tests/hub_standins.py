@@ -14,13 +14,13 @@ the real loaders; only the bytes are small:
 * GLiNER medium v2.1: a random GLiNER on a one-layer DeBERTa-v2 backbone, saved as the
   published one is (no tokenizer, the backbone named microsoft/deberta-v3-base), and that
   backbone repository with the three files the config takes from it;
-* the two hub datasets: rows in the hub datasets' schemas and splits
+* the three hub datasets: rows in the hub datasets' schemas and splits
   (tests/fixtures/hub/: NQ-open-gold's ``test`` split, HotpotQA distractor's
-  ``validation``).
+  ``validation``, TruthfulQA's ``generation`` ``validation``, the last written from the
+  questions of tests/bigbench_standins.py).
 
-One PyPI asset is replaced too: BIG-bench's TruthfulQA file, whose container (the bigbench
-1.0.0 sdist) PyPI no longer serves, is the tiny config's stand-in of it
-(tests/bigbench_standins.py).
+A config that declares BIG-bench's TruthfulQA file from PyPI (its container, the bigbench
+1.0.0 sdist, is no longer served) gets the tiny config's stand-in of it instead.
 """
 
 from __future__ import annotations

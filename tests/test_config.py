@@ -275,9 +275,16 @@ def test_paper_config_is_the_paper_and_extended_adds_every_extension() -> None:
     assert extended["evidential"]["datasets"] is None and extended["cdd"]["datasets"] is None
     # and CDD's TruthfulQA probe on all its questions, from its own asset
     assert paper["truthfulqa_probe"] is None
-    assert extended["truthfulqa_probe"] == {"asset": "bigbench-truthful-qa", "n_questions": None}
-    assert "bigbench-truthful-qa" not in paper["assets"]
-    extended["assets"].pop("bigbench-truthful-qa")
+    assert extended["truthfulqa_probe"] == {
+        "asset": "truthfulqa-generation",
+        "format": "hub_generation",
+        "n_questions": None,
+    }
+    assert "truthfulqa-generation" not in paper["assets"]
+    assert extended["assets"].pop("truthfulqa-generation")["hub"] == "truthfulqa/truthful_qa"
+    # the paper decodes one call at a time, as the paper did; the extended config batches
+    assert {m.pop("batch") for m in paper["models"].values()} == {1}
+    assert {m.pop("batch") for m in extended["models"].values()} == {8}
     # and EvidentialRAG's three construction seeds
     assert (paper["seeds"], extended["seeds"]) == ([42], [42, 123, 999])
     # everything else is the paper's setting (the cdd section only matters where CDD runs)

@@ -190,14 +190,13 @@ def test_every_hub_asset_came_through_the_registry_and_is_locked(rehearsal) -> N
     used |= {d["asset"] for d in config["datasets"].values()}
     used |= {config["retrieval"]["encoder"], config["nli"]["asset"]}
     used |= {config["ner"]["asset"], config["ner"]["tokenizer"]}
+    # the TruthfulQA probe's questions: the hub's generation set (its stand-in's rows)
+    if config.get("truthfulqa_probe"):
+        used.add(config["truthfulqa_probe"]["asset"])
     assert all("hub" in config["assets"][name] for name in used)
-    # the TruthfulQA probe's questions: a member of BIG-bench's sdist, which PyPI no longer
-    # serves, so the rehearsal reads the tiny config's stand-in of the file (a path asset)
-    probe = [config["truthfulqa_probe"]["asset"]] if config.get("truthfulqa_probe") else []
-    assert all("path" in config["assets"][name] for name in probe)
     fetched = {p.name for p in rehearsal.run["resources"].iterdir() if p.name != "logs"}
-    assert fetched == used | set(probe)
-    for asset in fetched - set(probe):
+    assert fetched == used
+    for asset in fetched:
         manifest = _manifest(rehearsal, asset)
         revision = config["assets"][asset]["revision"]
         # a pinned commit is fetched as given; a branch name resolves to the hub's head

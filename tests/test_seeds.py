@@ -16,6 +16,7 @@ import pytest
 
 from grabrag.core.errors import DataError
 from grabrag.core.io import read_jsonl
+from grabrag.core.outputs import read_metrics
 from grabrag.evaluation.evaluate import evaluate
 from grabrag.evaluation.seeds import pool_seeds
 from grabrag.report.across_seeds import MEAN_SD, POOLED, SEEDS, across_seeds, mean_sd
@@ -280,6 +281,24 @@ def _n(path: Path, dataset: str, policy: str, condition: str) -> int:
             & (pl.col("metric") == "answer_rate")
         )["n"][0]
     )
+
+
+def test_the_loading_recipe_keeps_the_seeds_apart(two_seeds: Path) -> None:
+    """docs/results.md's recipe: every build's metric files in one frame, each row with
+    its build's construction seed; a further seed's rows carry the configured dataset's
+    name, so the frame holds each cell twice until one seed is kept, and then equals the
+    base seed's own files."""
+    metrics = read_metrics(sorted((two_seeds / "results/metrics").glob("*.csv")))
+    keys = ["model", "dataset", "policy", "condition", "metric"]
+    named = metrics.filter(pl.col("dataset").is_in(DATASETS))
+    assert set(named["seed"]) == {42, EXTRA}
+    assert not named.select(keys).is_unique().all()  # the trap the seed column avoids
+    base = named.filter(pl.col("seed") == 42)
+    assert base.select(keys).is_unique().all()
+    own = read_metrics([two_seeds / f"results/metrics/{d}.csv" for d in DATASETS])
+    assert base.sort(keys).equals(own.sort(keys))
+    pooled = read_metrics(sorted((two_seeds / "results/metrics/across_seeds").glob("*.csv")))
+    assert pooled["seed"].null_count() == len(pooled) > 0
 
 
 def test_removing_the_seed_reruns_only_the_figures_that_showed_its_spread(

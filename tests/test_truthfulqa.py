@@ -14,7 +14,11 @@ from grabrag.contexts.paired import load_token_counter
 from grabrag.contexts.truthfulqa import TRUTHFULQA_CONTEXTS, truthfulqa_contexts
 from grabrag.core.errors import ConfigError, DataError
 from grabrag.data.truthfulqa import (
+    FORMATS,
+    HUB_GENERATION,
+    QUESTIONS_IN,
     adapt_bigbench_truthful_qa,
+    adapt_hub_truthful_qa,
     category_group,
     sample_questions,
 )
@@ -23,6 +27,7 @@ from grabrag.pipeline.plan import model_calls
 from grabrag.report.truthfulqa_tables import table_truthfulqa_probe
 from grabrag.scoring.truthfulness import agreement, judge, outcome
 
+from .bigbench_standins import TRUTHFUL_QA_EXAMPLES, hub_truthful_qa_rows
 from .conftest import REPO
 
 WATERMELON = {
@@ -67,6 +72,35 @@ def test_adapter_keeps_category_best_true_and_false_answers(tmp_path: Path) -> N
     assert first.true_answers == [WATERMELON["Best answer"], *WATERMELON["True answers"]]
     assert first.misconception == "You grow watermelons in your stomach."
     assert second.qid == "tqa-001" and category_group(second.category) == "Misconceptions"
+
+
+HUB_FIXTURE = REPO / "tests/fixtures/hub/truthfulqa/truthful_qa/generation/validation.jsonl"
+
+
+def test_the_hub_generation_split_reads_as_bigbenchs_file_does(tmp_path: Path) -> None:
+    """The rehearsal's stand-in of the hub's generation split (its rows' keys) and the
+    BIG-bench stand-in hold the same questions: both adapters read them alike."""
+    assert [json.loads(line) for line in HUB_FIXTURE.read_text().splitlines()] == (
+        hub_truthful_qa_rows()
+    )
+    hub = adapt_hub_truthful_qa(HUB_FIXTURE)
+    bigbench = adapt_bigbench_truthful_qa(write_task(tmp_path / "q.json", TRUTHFUL_QA_EXAMPLES))
+    assert hub.questions == bigbench.questions and not hub.malformed
+    assert hub.questions[0].misconception == "It stays in your stomach for seven years"
+    assert FORMATS[HUB_GENERATION] is adapt_hub_truthful_qa and QUESTIONS_IN[HUB_GENERATION] == 817
+    # a row without incorrect answers is skipped and named (one of 120: under the 1% a
+    # source may lose); a file of other rows is an error
+    rows = [dict(row) for row in hub_truthful_qa_rows() * 10]
+    rows[1]["incorrect_answers"] = []
+    partly = tmp_path / "partly.jsonl"
+    partly.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    read = adapt_hub_truthful_qa(partly)
+    assert len(read.questions) == len(rows) - 1
+    assert read.malformed == [f"{partly}: row 2: 'incorrect_answers' is empty"]
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps({"question": "q", "answer": "a"}) + "\n" for _ in rows))
+    with pytest.raises(DataError, match=r"probably not the hub's truthfulqa/truthful_qa"):
+        adapt_hub_truthful_qa(other)
 
 
 def test_a_row_without_false_answers_is_counted_and_skipped(tmp_path: Path) -> None:
@@ -255,7 +289,11 @@ def test_the_probe_is_off_in_the_embedded_default_and_needs_a_declared_copy() ->
     assert on["truthfulqa_probe"]["n_questions"] is None  # all 299
     # a number is short for that many questions from the default asset (--config ...=N)
     short = validate_config({**_with_truthfulqa_copy(), "truthfulqa_probe": 5})
-    assert short["truthfulqa_probe"] == {"asset": "bigbench-truthful-qa", "n_questions": 5}
+    assert short["truthfulqa_probe"] == {
+        "asset": "bigbench-truthful-qa",
+        "format": "bigbench",
+        "n_questions": 5,
+    }
 
 
 def test_probe_config_errors_name_the_key() -> None:

@@ -6,7 +6,7 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 from grabrag.core.runner import log, run_rule
 from grabrag.evaluation.evaluate import abstention_over_datasets
 from grabrag.evaluation.inputs import read_context_files, read_decision_files
-from grabrag.evaluation.schema import COLUMNS
+from grabrag.evaluation.schema import FILE_COLUMNS, SEED
 from grabrag.report.tabular import rows_csv
 
 
@@ -21,7 +21,9 @@ def main(smk):
         seed=smk.params.seed,
         confidence_level=smk.params.bootstrap["confidence_level"],
     )
-    rows_csv(smk.output.metrics, rows, COLUMNS)
+    # the base seed's build of every dataset
+    seed = smk.params.seed
+    rows_csv(smk.output.metrics, [{**row, SEED: seed} for row in rows], FILE_COLUMNS)
     log.info("%d mean abstention rows over %d cells", len(rows), len(decisions))
 
 

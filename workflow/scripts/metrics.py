@@ -5,7 +5,7 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 from grabrag.core.runner import log, run_rule
 from grabrag.evaluation.evaluate import evaluate
 from grabrag.evaluation.inputs import read_context_files, read_decision_files
-from grabrag.evaluation.schema import COLUMNS
+from grabrag.evaluation.schema import FILE_COLUMNS, SEED
 from grabrag.report.tabular import rows_csv
 
 
@@ -17,7 +17,8 @@ def main(smk):
         seed=smk.params.seed,
         confidence_level=smk.params.bootstrap["confidence_level"],
     )
-    rows_csv(smk.output.metrics, rows, COLUMNS)
+    build_seed = smk.params.build_seed
+    rows_csv(smk.output.metrics, [{**row, SEED: build_seed} for row in rows], FILE_COLUMNS)
     log.info("%d metric rows for %s", len(rows), smk.wildcards.dataset)
 
 

@@ -6,7 +6,7 @@ import _grabrag_path  # noqa: F401  (makes grabrag importable without an install
 from grabrag.core.runner import log, run_rule
 from grabrag.evaluation.evaluate import evaluate
 from grabrag.evaluation.inputs import read_context_files, read_decision_files
-from grabrag.evaluation.schema import COLUMNS
+from grabrag.evaluation.schema import FILE_COLUMNS
 from grabrag.evaluation.seeds import pool_seeds
 from grabrag.report.tabular import rows_csv
 
@@ -35,7 +35,7 @@ def main(smk):
         seed=smk.params.seed,
         confidence_level=smk.params.bootstrap["confidence_level"],
     )
-    rows_csv(smk.output.metrics, rows, COLUMNS)
+    rows_csv(smk.output.metrics, rows, FILE_COLUMNS)  # seed empty: pooled over the seeds
     log.info("%d metric rows for %s over seeds %s", len(rows), smk.wildcards.dataset, seeds)
 
 

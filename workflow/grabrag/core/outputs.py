@@ -67,8 +67,9 @@ AUDIT_LABELS = ("dataset", "model", "policy", "sign_preserved")
 
 
 def read_metrics(paths: Iterable[str | Path]) -> pl.DataFrame:
-    """Metric CSVs (``results/metrics/*.csv``) as one frame."""
-    return read_csvs(paths, floats=ESTIMATES, integers=("n",))
+    """Metric CSVs (``results/metrics/*.csv``) as one frame; ``seed`` says which
+    construction seed's build each row is from (empty: pooled over the seeds)."""
+    return read_csvs(paths, floats=ESTIMATES, integers=("n", "seed"))
 
 
 def read_diagnostics(paths: Iterable[str | Path]) -> pl.DataFrame:

@@ -21,6 +21,11 @@ COLUMNS = (
     "n",
     "reason",
 )
+# The metric files (results/metrics/<build>.csv) add the construction seed of the build
+# their rows come from, so that every build's files load together and stay apart (empty
+# in results/metrics/across_seeds/: pooled over the seeds).
+SEED = "seed"
+FILE_COLUMNS = (*COLUMNS, SEED)
 # The paper's four conditions (conditions.PAPER): ``all`` (Table 10's pooled AURC/ECE)
 # pools these only, so adding QX leaves the paper's tables as they were.
 ALL = "all"

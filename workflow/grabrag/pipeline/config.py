@@ -321,9 +321,10 @@ def _check_truthfulqa_probe(checked: Mapping[str, Any]) -> None:
         checked["assets"],
         "truthfulqa_probe.asset",
         probe["asset"],
-        ": declare BIG-bench's truthful_qa/questions.json there. Its container, the bigbench "
-        "1.0.0 sdist, is no longer on PyPI: give a copy you have with 'path' and 'sha256' "
-        "(docs/cdd.md)",
+        ": declare the questions there: the hub's truthfulqa/truthful_qa generation split "
+        "(format hub_generation, as config/extended.yaml does), or BIG-bench's "
+        "truthful_qa/questions.json, whose container, the bigbench 1.0.0 sdist, is no "
+        "longer on PyPI: give a copy you have with 'path' and 'sha256' (docs/cdd.md)",
     )
     if TRUTHFULQA in checked["datasets"]:
         raise ConfigError(

@@ -23,7 +23,7 @@ from grabrag.core.conditions import (
 from grabrag.core.plugins import config_modules, load_modules
 from grabrag.data.asset_checks import human_bytes
 from grabrag.data.asset_hub import asset_bytes
-from grabrag.data.truthfulqa import QUESTIONS_IN_FILE
+from grabrag.data.truthfulqa import QUESTIONS_IN
 from grabrag.pipeline.scope import method_datasets, policies_reading, scoped_policies
 
 
@@ -161,7 +161,7 @@ def _truthfulqa_rows(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     probe = config.get("truthfulqa_probe")
     if not probe:
         return []
-    n = probe["n_questions"] or QUESTIONS_IN_FILE
+    n = probe["n_questions"] or QUESTIONS_IN[probe["format"]]
     on_probe = {
         **config,
         "datasets": {TRUTHFULQA: {"n_questions": n}},
