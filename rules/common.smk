@@ -271,7 +271,7 @@ def across_seeds_caption(table):
     own = render_caption(caption_template("tables", table), config)
     return (
         f"Across construction seeds {listed}: each number of {table} as mean +/- sd over "
-        "the seeds (EvidentialRAG's form; sd with n - 1), and beside it the same number over "
+        "the seeds (EvidentialRAG's form; our sd, with n - 1), and beside it the same number over "
         "every seed's questions pooled, with its paired-bootstrap 95% CI where the table "
         f"gives one. Numbers as in the table's tidy file (rates as fractions). {table}: {own}"
     )

@@ -1,7 +1,8 @@
 """A table across construction seeds: each number a table prints, as mean +/- sd over the
-seeds' own copies of the table (EvidentialRAG's form: the sample standard deviation, n - 1)
-and, beside it, the same number computed over every seed's questions pooled, with its
-paired-bootstrap CI where the table gives one.
+seeds' own copies of the table (EvidentialRAG's form, mean +/- sd over seeds; which sd it
+uses it does not say: ours is the sample standard deviation, n - 1) and, beside it, the
+same number computed over every seed's questions pooled, with its paired-bootstrap CI
+where the table gives one.
 
 Both come from tidy frames (:data:`grabrag.report.tabular.TIDY_SCHEMA`): the seeds' tidy
 files, and the tidy form of the table built from the pooled metrics. A number is matched
