@@ -269,9 +269,15 @@ def across_seeds_caption(table):
     """An across-seed table's caption: the seeds, what its columns are, and the table's own."""
     listed = ", ".join(map(str, RUN.seeds))
     own = render_caption(caption_template("tables", table), config)
+    if table in RUN.pooled_tables:
+        pooled = (
+            "and beside it the same number over every seed's questions pooled, with its "
+            "paired-bootstrap 95% CI where the table gives one"
+        )
+    else:
+        pooled = "with no pooled estimate (the table's inputs exist per seed only)"
     return (
         f"Across construction seeds {listed}: each number of {table} as mean +/- sd over "
-        "the seeds (EvidentialRAG's form; our sd, with n - 1), and beside it the same number over "
-        "every seed's questions pooled, with its paired-bootstrap 95% CI where the table "
-        f"gives one. Numbers as in the table's tidy file (rates as fractions). {table}: {own}"
+        f"the seeds (EvidentialRAG's form; our sd, with n - 1), {pooled}. Numbers as in "
+        f"the table's tidy file (rates as fractions). {table}: {own}"
     )

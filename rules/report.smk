@@ -145,7 +145,12 @@ rule across_seeds_table:
             f"results/tables/{wildcards.table}.tidy.csv",
             *(f"results/tables/seed{seed}/{wildcards.table}.tidy.csv" for seed in RUN.extra_seeds),
         ],
-        metrics=files("results/metrics/across_seeds/{dataset}.csv", RUN.output_cells("metrics")),
+        # the metrics over every seed's questions pooled, for a table built from them alone
+        metrics=lambda wildcards: (
+            files("results/metrics/across_seeds/{dataset}.csv", RUN.output_cells("metrics"))
+            if wildcards.table in RUN.pooled_tables
+            else []
+        ),
     output:
         csv="results/tables/across_seeds/{table}.csv",
         md="results/tables/across_seeds/{table}.md",
@@ -160,6 +165,7 @@ rule across_seeds_table:
         GRABRAG_ENV
     params:
         seeds=RUN.seeds,
+        pooled=lambda wildcards: wildcards.table in RUN.pooled_tables,
         cells=RUN.report_cells(["metrics"]),
         settings=report_settings,
         caption=lambda wildcards: across_seeds_caption(wildcards.table),

@@ -283,6 +283,43 @@ def _n(path: Path, dataset: str, policy: str, condition: str) -> int:
     )
 
 
+def test_sweeps_and_diagnostics_have_companions_across_the_seeds(two_seeds: Path) -> None:
+    """EvidentialRAG's lambda sweep and ablation and CDD's diagnostics tables, computed on
+    every seed's build, get a copy per seed and a companion across the seeds: each number's
+    mean over the seeds' own copies, and no pooled column (their inputs are per seed)."""
+    tables = two_seeds / "results/tables"
+    for name in ("evid_lambda_sweep", "evid_ablation", "cdd_sensitivity", "cdd_ablation"):
+        per_seed = [
+            pl.read_csv(tables / f"{name}.tidy.csv", schema=TIDY_SCHEMA),
+            pl.read_csv(tables / f"seed{EXTRA}/{name}.tidy.csv", schema=TIDY_SCHEMA),
+        ]
+        across = pl.read_csv(tables / f"across_seeds/{name}.tidy.csv", schema=TIDY_SCHEMA)
+        assert POOLED not in set(across["quantity"]), name
+        checked = 0
+        keys = ("model", "dataset", "policy", "condition", "row", "quantity")
+        for record in per_seed[0].iter_rows(named=True):
+            values = [
+                frame.filter(*(pl.col(k).eq_missing(record[k]) for k in keys))["estimate"]
+                for frame in per_seed
+            ]
+            values = [v[0] for v in values if len(v) and v[0] is not None and math.isfinite(v[0])]
+            if len(values) < 2:
+                continue
+            labels = {k: record[k] for k in keys if k not in ("row", "quantity")}
+            own = f"quantity={record['quantity']}"
+            row = f"row={record['row']}; {own}" if record["row"] else own
+            found = across.filter(
+                *(pl.col(k).eq_missing(v) for k, v in labels.items()),
+                pl.col("row") == row,
+                pl.col("quantity") == MEAN_SD,
+            )["estimate"]
+            assert found.to_list() == [pytest.approx(statistics.fmean(values))], (name, row)
+            checked += 1
+        assert checked > 0, name
+        caption = (tables / f"across_seeds/{name}.md").read_text()
+        assert "with no pooled estimate (the table's inputs exist per seed only)" in caption
+
+
 def test_the_loading_recipe_keeps_the_seeds_apart(two_seeds: Path) -> None:
     """docs/results.md's recipe: every build's metric files in one frame, each row with
     its build's construction seed; a further seed's rows carry the configured dataset's

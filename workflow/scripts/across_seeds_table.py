@@ -16,9 +16,12 @@ from grabrag.report.tabular import TIDY_SCHEMA, listed_in, tidy_frame
 def main(smk):
     name = smk.wildcards.table
     per_seed = [pl.read_csv(path, schema=TIDY_SCHEMA) for path in smk.input.tables]
-    sources = Sources({"metrics": list(smk.input.metrics)}, smk.params.cells, smk.params.settings)
-    with listed_in(smk.params.order["models"], smk.params.order["datasets"]):
-        pooled = tidy_frame(table_spec(name).build(sources), name)
+    pooled = pl.DataFrame(schema=TIDY_SCHEMA)  # a sweep or diagnostics: per seed only
+    if smk.params.pooled:
+        files = {"metrics": list(smk.input.metrics)}
+        sources = Sources(files, smk.params.cells, smk.params.settings)
+        with listed_in(smk.params.order["models"], smk.params.order["datasets"]):
+            pooled = tidy_frame(table_spec(name).build(sources), name)
     table = across_seeds(list(zip(smk.params.seeds, per_seed, strict=True)), pooled)
     write_table(table, Path(smk.output.csv).with_suffix(""), smk.params.caption)
     log.info("%s across seeds %s: %d numbers", name, smk.params.seeds, len(table))

@@ -57,6 +57,9 @@ REASK_TABLE = "reask_agreement"
 # The reproduction report: the papers' published numbers against this run's, and their
 # headline findings as claims.
 REPRODUCTION_TABLES = ("reproduction", "reproduction_claims")
+# The outputs every construction seed's build of a dataset has, per dataset: a table built
+# from these alone gets a copy per seed and a companion across the seeds.
+PER_BUILD = frozenset({outputs.METRICS, outputs.EVID_SWEEPS, outputs.CDD_DIAGNOSTICS_TABLE})
 # What the run's model calls cost (rule cost_ledger).
 LEDGER_TABLE = "cost_ledger"
 FIGURE_FILE = "results/figures/{figure}.pdf"
@@ -168,10 +171,14 @@ class Run:
             truthfulqa_probe=bool(self.truthfulqa_probe),
         )
         self.table_names = table_names(self.features)
-        # The tables built from the metrics alone: those a seed's build and the seeds
-        # pooled remake (the others read per-seed outputs that only the base seed has).
+        # The tables each seed's build remakes: those built from outputs every build has
+        # (the metrics, EvidentialRAG's sweeps, CDD's diagnostics), with a companion across
+        # the seeds; those from the metrics alone also over the seeds' questions pooled.
         self.seeded_tables = [
-            name for name in self.table_names if table_spec(name).reads == ("metrics",)
+            name for name in self.table_names if set(table_spec(name).reads) <= PER_BUILD
+        ]
+        self.pooled_tables = [
+            name for name in self.seeded_tables if table_spec(name).reads == (outputs.METRICS,)
         ]
         self.figure_names = figure_names(self.features)
         # The report lists the tables in the papers' order, the figures as declared.

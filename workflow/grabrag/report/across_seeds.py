@@ -65,7 +65,8 @@ def _pooled_cell(record: dict[str, Any] | None) -> Number:
 def across_seeds(per_seed: Sequence[tuple[int, pl.DataFrame]], pooled: pl.DataFrame) -> Table:
     """One row per number of the table (in the first seed's order, then numbers only
     other seeds have): its labels, mean +/- sd over the seeds that have it, how many did,
-    and its pooled estimate [CI]. Label columns no number uses are left out."""
+    and its pooled estimate [CI] (no such column where ``pooled`` is empty). Label columns
+    no number uses are left out."""
     order: dict[tuple[Any, ...], dict[str, Any]] = {}
     values: dict[tuple[Any, ...], list[float]] = {}
     for _, frame in per_seed:
@@ -81,10 +82,12 @@ def across_seeds(per_seed: Sequence[tuple[int, pl.DataFrame]], pooled: pl.DataFr
         row: dict[str, Any] = {label: record[label] for label in LABELS}
         row[MEAN_SD] = _mean_sd_cell(found)
         row[SEEDS] = len(found)
-        row[POOLED] = _pooled_cell(pooled_by_key.get(key))
+        if not pooled.is_empty():
+            row[POOLED] = _pooled_cell(pooled_by_key.get(key))
         rows.append(row)
     used = [label for label in LABELS if any(row[label] is not None for row in rows)]
-    columns = [*used, MEAN_SD, SEEDS, POOLED]
+    # a table whose inputs exist per seed only (a sweep, diagnostics) has no pooled column
+    columns = [*used, MEAN_SD, SEEDS, *([POOLED] if not pooled.is_empty() else [])]
     for row in rows:
         for label in LABELS:
             if label not in used:
