@@ -21,7 +21,8 @@ from grabrag.generation.prompts import CONTEXT_PROMPTS
 from grabrag.pipeline.codehash import code_hash, module_code_hash
 from grabrag.pipeline.config import validate_config
 from grabrag.pipeline.ledger_inputs import ledger_files, planned_calls
-from grabrag.pipeline.run import (
+from grabrag.pipeline.cells import cell_file, files, stable
+from grabrag.pipeline.files import (
     CDD_CELL_FILE,
     CONTEXT_FILE,
     DECISION_FILE,
@@ -31,11 +32,8 @@ from grabrag.pipeline.run import (
     REASK_TABLE,
     REPRODUCTION_TABLES,
     TABLE_PAGES,
-    Run,
-    cell_file,
-    files,
-    stable,
 )
+from grabrag.pipeline.run import Run
 from grabrag.policies.paper import p3_sweep_grid
 from grabrag.report.specs import figure_spec, figures, table_spec, tables
 from grabrag.report.tabular import render_caption, render_rst

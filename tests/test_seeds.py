@@ -13,6 +13,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import yaml
 
 from grabrag.core.errors import DataError
 from grabrag.core.io import read_jsonl
@@ -318,6 +319,55 @@ def test_sweeps_and_diagnostics_have_companions_across_the_seeds(two_seeds: Path
         assert checked > 0, name
         caption = (tables / f"across_seeds/{name}.md").read_text()
         assert "with no pooled estimate (the table's inputs exist per seed only)" in caption
+
+
+def test_seeds_on_fixed_questions_redraw_only_the_construction(
+    tiny_run: Path, tmp_path: Path
+) -> None:
+    """seeds_redraw: construction (EvidentialRAG's fixed instances): a further seed's build
+    has the base seed's questions and corpus, and its own passage shuffles; its across-seed
+    tables plan no pooled metrics."""
+    copy_run(tiny_run, tmp_path)
+    config = yaml.safe_load(TINY.read_text())
+    fixed = tmp_path / "fixed.yaml"
+    fixed.write_text(
+        yaml.safe_dump({**config, "seeds": [42, EXTRA], "seeds_redraw": "construction"})
+    )
+    results = tmp_path / "results"
+    targets = [
+        f"results/contexts/{d}_seed{EXTRA}/{c}.jsonl" for d in DATASETS for c in ("Q100", "Q50")
+    ]
+    proc = subprocess.run(
+        snakemake_command(tmp_path, *targets, configfile=fixed),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=1800,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    orders = 0
+    for dataset in DATASETS:
+        base = read_jsonl(results / f"data/{dataset}/questions.jsonl")
+        again = read_jsonl(results / f"data/{dataset}_seed{EXTRA}/questions.jsonl")
+        assert [q["qid"] for q in again] == [q["qid"] for q in base], dataset
+        corpus = (results / f"data/{dataset}/corpus.jsonl").read_text()
+        assert (results / f"data/{dataset}_seed{EXTRA}/corpus.jsonl").read_text() == corpus
+        for condition in ("Q100", "Q50"):
+            mine = read_jsonl(results / f"contexts/{dataset}/{condition}.jsonl")
+            theirs = read_jsonl(results / f"contexts/{dataset}_seed{EXTRA}/{condition}.jsonl")
+            assert [r["qid"] for r in theirs] == [r["qid"] for r in mine]
+            pids = lambda rows: [[p["pid"] for p in r["passages"]] for r in rows]  # noqa: E731
+            orders += pids(theirs) != pids(mine)
+    assert orders > 0  # the construction is the seed's own
+    plan = subprocess.run(
+        snakemake_command(tmp_path, "-n", configfile=fixed),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
+    jobs = planned_jobs(plan.stdout + plan.stderr)
+    assert jobs.get("across_seeds_table") and "pooled_metrics" not in jobs, jobs
 
 
 def test_the_loading_recipe_keeps_the_seeds_apart(two_seeds: Path) -> None:

@@ -10,16 +10,16 @@ from grabrag.core import registry
 from grabrag.evaluation.ledger import USAGE
 from grabrag.generation.prompts import CONTEXT_PROMPTS
 from grabrag.pipeline.cells import cells
-from grabrag.pipeline.plan import model_calls
-from grabrag.pipeline.run import (
+from grabrag.pipeline.files import (
     CDD_CELL_FILE,
     CDD_TRACE_FILE,
     CLOSED_BOOK_FILE,
     EVIDENTIAL_FILE,
     GENERATION_FILE,
     NLI_FILE,
-    Run,
 )
+from grabrag.pipeline.plan import model_calls
+from grabrag.pipeline.run import Run
 from grabrag.pipeline.scope import policies_reading
 
 EVALUATIONS_FILE = "results/evidential/{model}/{dataset}/{condition}/evaluations.jsonl"

@@ -30,42 +30,33 @@ from grabrag.generation.backends import ModelEntry, VerifierEntry, model_entries
 from grabrag.generation.prompts import CONTEXT_PROMPTS
 from grabrag.generation.reask import audit_concurrency, own_concurrency
 from grabrag.pipeline.cells import Cell, cell_file, cells, files, stable
+from grabrag.pipeline.files import (
+    CDD_CELL_FILE,
+    CDD_DIAGNOSTICS_FILE,
+    CDD_TRACE_FILE,
+    CLOSED_BOOK_FILE,
+    CONTEXT_FILE,
+    DECISION_FILE,
+    EVID_EFFICIENCY_FILE,
+    EVID_SWEEP_FILE,
+    EVIDENTIAL_FILE,
+    FIGURE_FILE,
+    FIXED_QUESTIONS,
+    GENERATION_FILE,
+    GENERATION_REPORT_FILE,
+    LEDGER_TABLE,
+    NLI_FILE,
+    P3_SWEEP_FILE,
+    PER_BUILD,
+    REASK_TABLE,
+    REPRODUCTION_TABLES,
+    TABLE_FILE,
+    TABLE_PAGE_FILE,
+    TABLE_PAGES,
+)
 from grabrag.pipeline.scope import method_datasets, policies_reading, scoped_policies
 from grabrag.report.reproduction import published_numbers
 from grabrag.report.specs import figure_names, paper_order, report_labels, table_names, table_spec
-
-# The per-cell files other stages read, from their declarations. The rule that writes one
-# spells its path out in its output (Snakemake's guidelines: literal results/ paths there).
-CONTEXT_FILE = outputs.output(outputs.CONTEXT_ROWS).pattern
-GENERATION_FILE = outputs.output(outputs.GENERATION_ROWS).pattern
-CLOSED_BOOK_FILE = outputs.output(outputs.CLOSED_BOOK_ROWS).pattern
-NLI_FILE = outputs.output(outputs.NLI_LABELS).pattern
-DECISION_FILE = outputs.output(outputs.DECISION_ROWS).pattern
-EVIDENTIAL_FILE = outputs.output(outputs.EVIDENTIAL_ROWS).pattern
-CDD_TRACE_FILE = outputs.output(outputs.CDD_TRACE_ROWS).pattern
-CDD_CELL_FILE = outputs.output(outputs.CDD_BASELINE_ROWS).pattern
-P3_SWEEP_FILE = outputs.output(outputs.P3_SWEEPS).pattern
-EVID_SWEEP_FILE = outputs.output(outputs.EVID_SWEEPS).pattern
-EVID_EFFICIENCY_FILE = outputs.output(outputs.EVID_EFFICIENCY).pattern
-CDD_DIAGNOSTICS_FILE = outputs.output(outputs.CDD_DIAGNOSTICS_TABLE).pattern
-GENERATION_REPORT_FILE = outputs.output(outputs.GENERATION_REPORTS).pattern
-TABLE_FILE = "results/tables/{table}.csv"
-TABLE_PAGE_FILE = "results/tables/{table}.html"
-# The re-ask audit: each generation cell's re-asked calls, and the table over them.
-REASK_FILE = "results/reask/{model}/{dataset}/{condition}.jsonl"
-REASK_TABLE = "reask_agreement"
-# The reproduction report: the papers' published numbers against this run's, and their
-# headline findings as claims.
-REPRODUCTION_TABLES = ("reproduction", "reproduction_claims")
-# The outputs every construction seed's build of a dataset has, per dataset: a table built
-# from these alone gets a copy per seed and a companion across the seeds.
-PER_BUILD = frozenset({outputs.METRICS, outputs.EVID_SWEEPS, outputs.CDD_DIAGNOSTICS_TABLE})
-# What the run's model calls cost (rule cost_ledger).
-LEDGER_TABLE = "cost_ledger"
-FIGURE_FILE = "results/figures/{figure}.pdf"
-
-# The report's two folders of table pages (rule table_pages) and their category there.
-TABLE_PAGES = {"tables": "Tables", "tables_across_seeds": "Tables across seeds"}
 
 # The context settings each condition's rows read: editing one rebuilds only the
 # conditions that read it (the tokenizer is an input of every context job).
@@ -177,8 +168,13 @@ class Run:
         self.seeded_tables = [
             name for name in self.table_names if set(table_spec(name).reads) <= PER_BUILD
         ]
+        # every seed's questions pooled: not where the seeds share their questions (the
+        # same question's copies are no independent draws)
+        redrawn = self.config["seeds_redraw"] != FIXED_QUESTIONS
         self.pooled_tables = [
-            name for name in self.seeded_tables if table_spec(name).reads == (outputs.METRICS,)
+            name
+            for name in self.seeded_tables
+            if redrawn and table_spec(name).reads == (outputs.METRICS,)
         ]
         self.figure_names = figure_names(self.features)
         # The report lists the tables in the papers' order, the figures as declared.
@@ -246,7 +242,10 @@ class Run:
 
     def sample_seed(self, dataset: str) -> int:
         """The seed the question sample and the corpus order are drawn with: a seed
-        replicate's own; Table 13's variant keeps the base questions."""
+        replicate's own (``seeds_redraw: questions``) or the base seed's (``construction``:
+        every seed on the same questions); Table 13's variant keeps the base questions."""
+        if self.config["seeds_redraw"] == FIXED_QUESTIONS:
+            return self.base_seed
         return self.replicates.get(dataset, {}).get("seed", self.base_seed)
 
     def dataset_config(self, dataset: str) -> dict[str, Any]:
