@@ -70,7 +70,7 @@ rule abstention_over_datasets:
         decisions=files(DECISION_FILE, RUN.all_decision_cells()),
         contexts=files(CONTEXT_FILE, RUN.all_context_cells()),
     output:
-        metrics="results/metrics/abstention_over_datasets.csv",
+        metrics="results/metrics/over_datasets/abstention.csv",
     log:
         "results/logs/metrics/abstention_over_datasets.log",
     conda:
@@ -230,7 +230,6 @@ rule table_pages:
 rule reproduction:
     input:
         tables=RUN.reproduction_inputs(),
-        published=PUBLISHED_FILES,
     output:
         **{
             f"{name}_{suffix}": f"results/tables/{name}.{suffix.replace('_', '.')}"
@@ -245,6 +244,7 @@ rule reproduction:
         models=RUN.models,
         datasets=RUN.datasets,
         captions={name: extra_caption(name) for name in REPRODUCTION_TABLES},
+        published=PUBLISHED_NUMBERS,
         code=script_code("reproduction.py"),
     script:
         "../workflow/scripts/reproduction.py"

@@ -287,8 +287,9 @@ def test_paper_config_is_the_paper_and_extended_adds_every_extension() -> None:
     assert {m.pop("batch") for m in extended["models"].values()} == {8}
     # and EvidentialRAG's three construction seeds
     assert (paper["seeds"], extended["seeds"]) == ([42], [42, 123, 999])
+    assert extended["seeds_redraw"] == "construction"  # EvidentialRAG's fixed instances
     # everything else is the paper's setting (the cdd section only matters where CDD runs)
-    for key in ("generation", "policies", "cdd", "truthfulqa_probe", "seeds"):
+    for key in ("generation", "policies", "cdd", "truthfulqa_probe", "seeds", "seeds_redraw"):
         for config in (paper, extended):
             config.pop(key)
     assert extended == paper

@@ -38,6 +38,7 @@ ALLOWED = {
             "cdd_baselines.py",
             "evidential_evaluate.py",
             "evidential_generate.py",
+            "reask.py",
         )
     },
 }

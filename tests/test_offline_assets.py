@@ -38,7 +38,9 @@ REPO = Path(__file__).resolve().parents[1]
 SHIPPED = [REPO / "config" / "paper.yaml", REPO / "config" / "extended.yaml"]
 # Hub repositories for which no published commit was found: pinned by their lock file at
 # the first fetch (README, "Running the paper on a GPU machine or a cluster").
-PINNED_AT_FIRST_FETCH = {"florin-hf/nq_open_gold"}
+# Hub datasets with no published commit to pin: their first fetch records the commit of
+# `main` in the lock, and later fetches reuse it.
+PINNED_AT_FIRST_FETCH = {"florin-hf/nq_open_gold", "truthfulqa/truthful_qa"}
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 # --------------------------------------------------------------------------- shipped configs

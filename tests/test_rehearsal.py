@@ -173,7 +173,9 @@ def test_every_table_and_figure_of_the_config_is_built(rehearsal: SimpleNamespac
         with (results / "tables" / "truthfulqa_probe.tidy.csv").open(newline="") as handle:
             probe = {row["policy"] for row in csv.DictReader(handle)}
         assert probe == set(rehearsal.config["policies"]["names"]), probe
-    assert tables == set(table_names(features))
+    # and ours outside the registry: the reproduction report and the cost ledger
+    extra = {"reproduction", "reproduction_claims", "cost_ledger"}
+    assert tables == set(table_names(features)) | extra
     assert figures == set(figure_names(features))
     for table in tables:
         text = (results / "tables" / f"{table}.md").read_text()
@@ -219,6 +221,25 @@ def test_each_model_runs_with_its_own_chat_template(paper_run: SimpleNamespace) 
         assert first["batch"] == paper_run.config["models"][model]["batch"] == 1
     assert len(tokens) == 3 and len({qid for qid, _ in tokens.values()}) == 1, tokens
     assert len({n for _, n in tokens.values()}) == 3, tokens
+
+
+def test_the_reproduction_report_compares_every_number_with_a_counterpart(
+    paper_run: SimpleNamespace,
+) -> None:
+    """The paper config's run (its three models by their names, NQ only): every Table 1
+    number of an NQ cell has a counterpart and a verdict of its own; HotpotQA's are not
+    run, and the macros over both datasets are not comparable."""
+    import csv
+
+    path = paper_run.workdir / "results/tables/reproduction.csv"
+    rows = list(csv.DictReader(path.open(newline="")))
+    table1 = [r for r in rows if r["Source"].startswith("GRAB-RAG Table 1,")]
+    nq = [r for r in table1 if " / NQ / " in r["Source"]]
+    assert len(nq) == 3 * 5 * 3  # three models, five policies, Q0 / QC / delta
+    assert all(r["Verdict"] not in ("not run", "not comparable") and r["Ours"] for r in nq)
+    assert {r["Verdict"] for r in table1 if " / HPQA / " in r["Source"]} == {"not run"}
+    macros = [r for r in rows if r["Source"].startswith("GRAB-RAG Table 2,")]
+    assert macros and {r["Verdict"] for r in macros} == {"not comparable"}
 
 
 def test_the_extended_config_decodes_in_batches(extended_run: SimpleNamespace) -> None:

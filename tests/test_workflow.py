@@ -259,7 +259,10 @@ def test_extended_config_plans_every_extension(tmp_path: Path) -> None:
     # model (one draw), on which every one of the 13 policies runs
     assert jobs["generate_context_prompts"] == 3 * 3 * 2 * 5 + 2 + 3 * 2
     assert jobs["policy"] == 13 * 3 * 3 * 2 * 5 + 5 * 2 + 13 * 3 * 2
-    assert jobs["across_seeds_table"] == 14 and jobs["seed_table"] == 2 * 14
+    # the 14 tables of the metrics alone and 7 of EvidentialRAG's sweeps and CDD's
+    # diagnostics (with the metrics or alone), per further seed and across the seeds
+    assert jobs["across_seeds_table"] == 21 and jobs["seed_table"] == 2 * 21
+    assert "pooled_metrics" not in jobs  # seeds_redraw: construction pools nothing
     assert "results/tables/across_seeds/evid_results.csv" in proc.stdout
     assert jobs["truthfulqa_questions"] == jobs["truthfulqa_contexts"] == 1
     assert "results/tables/truthfulqa_probe.csv" in proc.stdout

@@ -296,7 +296,7 @@ SEED_METRICS = declare(
 METRICS_OVER_DATASETS = declare(
     Output(
         "metrics_over_datasets",
-        "results/metrics/abstention_over_datasets.csv",
+        "results/metrics/over_datasets/abstention.csv",
         (),
         metric_frame,
         "abstention rates averaged over the datasets, with CIs (Figure 2)",

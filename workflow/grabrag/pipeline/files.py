@@ -36,6 +36,9 @@ PER_BUILD = frozenset({outputs.METRICS, outputs.EVID_SWEEPS, outputs.CDD_DIAGNOS
 FIXED_QUESTIONS = "construction"
 # What the run's model calls cost (rule cost_ledger).
 LEDGER_TABLE = "cost_ledger"
+# The tables outside the registry (each with its own rule and caption file), in the order
+# the report lists them after the papers' tables.
+EXTRA_TABLES = (*REPRODUCTION_TABLES, LEDGER_TABLE, REASK_TABLE)
 FIGURE_FILE = "results/figures/{figure}.pdf"
 
 # The report's two folders of table pages (rule table_pages) and their category there.

@@ -40,16 +40,15 @@ from grabrag.pipeline.files import (
     EVID_EFFICIENCY_FILE,
     EVID_SWEEP_FILE,
     EVIDENTIAL_FILE,
+    EXTRA_TABLES,
     FIGURE_FILE,
     FIXED_QUESTIONS,
     GENERATION_FILE,
     GENERATION_REPORT_FILE,
-    LEDGER_TABLE,
     NLI_FILE,
     P3_SWEEP_FILE,
     PER_BUILD,
     REASK_TABLE,
-    REPRODUCTION_TABLES,
     TABLE_FILE,
     TABLE_PAGE_FILE,
     TABLE_PAGES,
@@ -127,11 +126,10 @@ class Run:
         self.cdd_traces = bool(policies_reading(self.policies, registry.CDD_TRACES))
         self.cdd_baselines = policies_reading(self.policies, registry.CDD_CELL)
         self.runs_nli = bool(policies_reading(self.policies, registry.NLI))
-        # Tables outside the registry, after the papers' tables: the reproduction report
-        # and the re-ask audit (our determinism check).
+        # Tables outside the registry, after the papers' tables: the reproduction report,
+        # the cost ledger and the re-ask audit (our determinism check, when it is on).
         self.reask_questions = config["reask_audit"]["questions"]
-        reask = [REASK_TABLE] if self.reask_questions else []
-        self.extra_tables = [*REPRODUCTION_TABLES, LEDGER_TABLE, *reask]
+        self.extra_tables = [t for t in EXTRA_TABLES if t != REASK_TABLE or self.reask_questions]
 
         self._scope_report()
         self.model_entries = model_entries(config, local_threads)
@@ -166,7 +164,9 @@ class Run:
         # (the metrics, EvidentialRAG's sweeps, CDD's diagnostics), with a companion across
         # the seeds; those from the metrics alone also over the seeds' questions pooled.
         self.seeded_tables = [
-            name for name in self.table_names if set(table_spec(name).reads) <= PER_BUILD
+            name
+            for name in self.table_names
+            if table_spec(name).reads and set(table_spec(name).reads) <= PER_BUILD
         ]
         # every seed's questions pooled: not where the seeds share their questions (the
         # same question's copies are no independent draws)
