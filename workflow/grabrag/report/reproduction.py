@@ -136,24 +136,25 @@ def reproduction_rows(
     """One row per published number: where it stands, the paper's number, ours and the
     verdict."""
     ours = our_numbers(tidy)
+    paper_cells = {paper: _cells_of(published, paper) for paper in {r["paper"] for r in published}}
     out = []
     for row in published:
         scale = _scale(row)
         value = _float(row["published"])
         low, high = _float(row["ci_low"]), _float(row["ci_high"])
         key = tuple(row[k] for k in KEY)
-        out_of_scope = _scope_verdict(row, scope, _cells_of(published, row["paper"]))
+        out_of_scope = _scope_verdict(row, scope, paper_cells[row["paper"]])
+        found = None if out_of_scope else ours.get(key)
+        # our estimate and CI as numbers (NaN where missing), in the published scale
+        mine = {
+            name: math.nan if found is None or found.get(name) is None else found[name]
+            for name in ("estimate", "ci_low", "ci_high")
+        }
         if out_of_scope:
-            found, result = None, out_of_scope
+            result = out_of_scope
         else:
-            found = ours.get(key)
-            scaled = None if found is None else {**found}
-            if scaled is not None:
-                for name in ("estimate", "ci_low", "ci_high"):
-                    v = scaled.get(name)
-                    scaled[name] = math.nan if v is None else v * scale
+            scaled = None if found is None else {**found, **{k: v * scale for k, v in mine.items()}}
             result = verdict(value, low, high, scaled)
-        estimate = math.nan if found is None else (found.get("estimate") or math.nan)
         out.append(
             {
                 "Paper": row["paper"],
@@ -161,14 +162,7 @@ def reproduction_rows(
                 "Quantity": row["quantity"],
                 "Published": row["published"]
                 + (f" [{row['ci_low']}, {row['ci_high']}]" if row["ci_low"] else ""),
-                "Ours": ""
-                if found is None
-                else _shown(
-                    estimate,
-                    _float("" if found.get("ci_low") is None else str(found["ci_low"])),
-                    _float("" if found.get("ci_high") is None else str(found["ci_high"])),
-                    scale,
-                ),
+                "Ours": "" if found is None else _shown(*mine.values(), scale),
                 "n": "" if found is None or found.get("n") is None else found["n"],
                 "Verdict": result,
             }
