@@ -243,6 +243,7 @@ rule reproduction:
     params:
         models=RUN.models,
         datasets=RUN.datasets,
+        seed_sensitivity=config["seed_sensitivity"],
         captions={name: extra_caption(name) for name in REPRODUCTION_TABLES},
         published=PUBLISHED_NUMBERS,
         code=script_code("reproduction.py"),

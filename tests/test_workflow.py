@@ -685,7 +685,7 @@ def test_report_stage_is_incremental(tiny_run: Path, tmp_path: Path) -> None:
         "cdd_diagnostics": 1,
         "table": len(reading),
         "table_pages": 1,  # the tables' pages in the report's folder
-        "reproduction": 1,  # Tables 1-3 against the published numbers
+        "reproduction": 1,  # the papers' published numbers against the run's
         "figure": 3,  # Figure 2 (both forms) and the QC breakdown
         "all": 1,
     }, plan
