@@ -17,6 +17,7 @@ from grabrag.contexts.truthfulqa import TRUTHFULQA_CONTEXTS
 from grabrag.core import registry
 from grabrag.core.conditions import CLOSED_BOOK, TRUTHFULQA
 from grabrag.core.errors import ConfigError
+from grabrag.core.outputs import TRUTHFULQA_DECISIONS
 from grabrag.data.assets import manifest_path
 from grabrag.generation.prompts import CONTEXT_PROMPTS
 from grabrag.pipeline.codehash import code_hash, module_code_hash
@@ -147,6 +148,19 @@ policy_settings = lambda w: RUN.policy_settings(w.policy)
 # jobs and what reads them, not P0's.
 policy_code = lambda w: extension_code(registry.policy(w.policy).code_file())
 p3_sweep_qc_input = lambda w: RUN.p3_sweep_qc_input(w)
+
+# --- rules/truthfulqa.smk -------------------------------------------------------------
+scores_by_nli = RUN.truthfulqa_scorer == "nli"
+truthfulqa_score_cells = lambda w: [
+    c for c in RUN.output_cells(TRUTHFULQA_DECISIONS) if c["model"] == w.model
+]
+truthfulqa_score_inputs = lambda w: {
+    "questions": f"results/data/{TRUTHFULQA}/questions.jsonl",
+    "decisions": RUN.output_files(TRUTHFULQA_DECISIONS, truthfulqa_score_cells(w)),
+    **({"nli": asset_manifest(config["nli"]["asset"])} if scores_by_nli else {}),
+}
+truthfulqa_scorer_threads = lambda w: RUN.verifier(w.model).threads if scores_by_nli else 1
+truthfulqa_scorer_gpus = lambda w: RUN.verifier(w.model).gpus if scores_by_nli else 0
 
 # --- rules/evidential.smk --------------------------------------------------------------
 evaluator_name = lambda w: RUN.evaluator(w.model).name

@@ -42,3 +42,28 @@ if RUN.truthfulqa_probe:
             code=script_code("truthfulqa_contexts.py"),
         script:
             "../workflow/scripts/truthfulqa_contexts.py"
+
+    # Each probe decision scored true or false against the reference answers: by
+    # entailment with the NLI model where the config declares one, else by token F1
+    # (truthfulqa_probe.scorer); one job per model, each distinct answer judged once.
+    rule truthfulqa_scores:
+        input:
+            unpack(truthfulqa_score_inputs),
+        output:
+            scores="results/truthfulqa/{model}/{dataset}/scores.jsonl",
+        log:
+            "results/logs/truthfulqa_scores/{model}/{dataset}.log",
+        benchmark:
+            "results/benchmarks/truthfulqa_scores/{model}/{dataset}.tsv"
+        conda:
+            GRABRAG_ENV
+        threads: truthfulqa_scorer_threads
+        resources:
+            gpu=truthfulqa_scorer_gpus,
+        params:
+            scorer=RUN.truthfulqa_scorer,
+            cells=truthfulqa_score_cells,
+            nli=stable(config["nli"]),
+            code=script_code("truthfulqa_scores.py"),
+        script:
+            "../workflow/scripts/truthfulqa_scores.py"

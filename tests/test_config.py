@@ -279,6 +279,7 @@ def test_paper_config_is_the_paper_and_extended_adds_every_extension() -> None:
         "asset": "truthfulqa-generation",
         "format": "hub_generation",
         "n_questions": None,
+        "scorer": "nli",  # by entailment with P4's DeBERTa
     }
     assert "truthfulqa-generation" not in paper["assets"]
     assert extended["assets"].pop("truthfulqa-generation")["hub"] == "truthfulqa/truthful_qa"

@@ -415,3 +415,27 @@ def test_the_lazy_verifier_is_named_as_the_loaded_one(tiny_models) -> None:
     assert unnamed.name == TransformersNli(tiny_models["random"]).name
     with pytest.raises(NliError, match="unknown NLI backend 'bert'"):
         lazy_verifier("bert", tiny_models["random"])
+
+
+def test_the_probe_scorer_reads_label_probabilities_by_id2label(tiny_models) -> None:
+    """The TruthfulQA probe's entailment scorer over the real transformers backend: the
+    probabilities are named by the model's id2label (the always-index-0 head is
+    contradiction in MNLI's order, entailment in the usual one), sum to one, and the
+    scorer judges every item (random weights: mechanics only)."""
+    from grabrag.scoring.entailment import label_probabilities, nli_scorer
+
+    pairs = [("Q? It is red.", "Q? It is blue."), ("Q? Yes.", "Q? No.")]
+    mnli = TransformersNli(tiny_models["index0_mnli"])
+    usual = TransformersNli(tiny_models["index0_usual"])
+    for model, top in ((mnli, "contradiction"), (usual, "entailment")):
+        for probabilities in label_probabilities(model, pairs):
+            assert max(probabilities, key=probabilities.get) == top
+            assert sum(probabilities.values()) == pytest.approx(1.0)
+    scorer = nli_scorer(tiny_models["random"], name="random")
+    question = {"question": "Q?", "true_answers": ["a", "b"], "false_answers": ["c"]}
+    verdicts = scorer.judge_many([("x", question), ("y", question)])
+    assert len(verdicts) == 2 and scorer.name == "nli:random"
+    assert all(0 <= v.true_support <= 1 and 0 <= v.false_support <= 1 for v in verdicts)
+    # the always-contradiction head contradicts true and false answers alike: a tie
+    tie = nli_scorer(tiny_models["index0_mnli"], name="m").judge_many([("x", question)])
+    assert not tie[0].truthful and tie[0].true_support == tie[0].false_support

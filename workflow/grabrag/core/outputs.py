@@ -422,3 +422,13 @@ TRUTHFULQA_DECISIONS = declare(
         TRUTHFULQA_DATASETS,
     )
 ).name
+TRUTHFULQA_SCORES = declare(
+    Output(
+        "truthfulqa_scores",
+        "results/truthfulqa/{model}/{dataset}/scores.jsonl",
+        ("dataset", "model"),
+        rows_by_cell,
+        "each probe decision's outcome (true, false, abstained, unparsed) and its scorer",
+        TRUTHFULQA_DATASETS,
+    )
+).name

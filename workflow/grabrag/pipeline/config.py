@@ -331,6 +331,13 @@ def _check_truthfulqa_probe(checked: Mapping[str, Any]) -> None:
             f"config key 'datasets' has a dataset named '{TRUTHFULQA}', the name of the "
             "TruthfulQA probe's own dataset (truthfulqa_probe): rename that dataset"
         )
+    if probe["scorer"] == "nli" and checked["nli"]["backend"] != "transformers":
+        raise ConfigError(
+            "config key 'truthfulqa_probe.scorer' is nli, which needs an entailment model "
+            f"(nli.backend: transformers with its nli.asset), but nli.backend is "
+            f"{checked['nli']['backend']!r}: declare one, or set the scorer to token_f1 "
+            "(or auto)"
+        )
 
 
 def _check_evidential(checked: Mapping[str, Any]) -> None:

@@ -56,6 +56,7 @@ from grabrag.pipeline.files import (
 from grabrag.pipeline.scope import method_datasets, policies_reading, scoped_policies
 from grabrag.report.reproduction import published_numbers
 from grabrag.report.specs import figure_names, paper_order, report_labels, table_names, table_spec
+from grabrag.scoring.truthfulness import configured_scorer
 
 # The context settings each condition's rows read: editing one rebuilds only the
 # conditions that read it (the tokenizer is an input of every context job).
@@ -121,6 +122,8 @@ class Run:
         # own two conditions, on which every configured policy runs.
         self.truthfulqa_probe = config["truthfulqa_probe"]
         self.truthfulqa_datasets = [TRUTHFULQA] if self.truthfulqa_probe else []
+        probe, nli = self.truthfulqa_probe, config["nli"]
+        self.truthfulqa_scorer = configured_scorer(probe, nli) if probe else None
 
         # CDD and CDD_ALPHA both read the CDD traces; the baselines among the configured.
         self.cdd_traces = bool(policies_reading(self.policies, registry.CDD_TRACES))

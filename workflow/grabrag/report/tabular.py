@@ -334,7 +334,7 @@ def html_text(table: Table, caption: str, title: str) -> str:
 # --- the tidy numeric form ----------------------------------------------------------------
 
 KEYS = ("model", "dataset", "policy", "condition")
-NOT_KEYS = ("note",)  # text columns that explain a row rather than name it
+NOT_KEYS = ("note", "scorer")  # text columns that explain a row rather than name it
 TIDY_SCHEMA = {
     "table": pl.String,
     "model": pl.String,

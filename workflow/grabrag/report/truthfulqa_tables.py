@@ -2,7 +2,9 @@
 the question's best answer as the only passage (clean) and with its most common
 misconception injected in its place, per TruthfulQA category (Misconceptions first), with
 paired bootstrap CIs; and each policy's margin over Standard RAG (P1) under injection, the
-comparison the CDD paper reports (CDD 62.0% vs Standard RAG 15.0%).
+comparison the CDD paper reports (CDD 62.0% vs Standard RAG 15.0%). The outcomes come
+scored (rule ``truthfulqa_scores``, :mod:`grabrag.scoring.truthfulness`); each row names
+its scorer.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ import numpy as np
 from grabrag.core import registry
 from grabrag.core.conditions import BEST_ANSWER_CONTEXT, MISCONCEPTION_CONTEXT
 from grabrag.core.errors import DataError
-from grabrag.core.outputs import TRUTHFULQA_DECISIONS, TRUTHFULQA_QUESTIONS
+from grabrag.core.outputs import TRUTHFULQA_QUESTIONS, TRUTHFULQA_SCORES
 from grabrag.data.truthfulqa import MISCONCEPTIONS, category_group
 from grabrag.evaluation.evaluate import policy_sort_key
 from grabrag.report.specs import Sources, TableSpec
 from grabrag.report.table_cells import pct, pct_ci
 from grabrag.report.tabular import Label, Number, Table, in_order
 from grabrag.scoring.bootstrap import mean_interval, resample_counts
-from grabrag.scoring.truthfulness import ABSTAINED, TRUE, outcome
+from grabrag.scoring.truthfulness import ABSTAINED, TOKEN_F1, TOKEN_F1_CAVEAT, TRUE
 
 STANDARD_RAG = "P1"
 """The CDD paper's Standard RAG: the plain RAG prompt that may abstain (GRAB-RAG's P1)."""
@@ -38,24 +40,27 @@ def _groups(questions: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _outcomes(
-    decisions: Sequence[tuple[Mapping[str, str], list[dict[str, Any]]]],
+    scores: Sequence[tuple[Mapping[str, str], list[dict[str, Any]]]],
     questions: Mapping[str, Mapping[str, Any]],
-) -> dict[tuple[str, str, str], dict[str, str]]:
-    """(model, policy, condition) -> qid -> outcome (true, false, abstained, unparsed).
-    Every decision file holds one row per probe question, or the clean and injected
-    accuracies would not be paired: anything else is an error naming the file's cell."""
+) -> tuple[dict[tuple[str, str, str], dict[str, str]], dict[str, str]]:
+    """(model, policy, condition) -> qid -> outcome (true, false, abstained, unparsed),
+    and each model's scorer. Each cell holds one outcome per probe question (its scoring
+    job checked the decision files): a scores file of other questions is stale."""
     found: dict[tuple[str, str, str], dict[str, str]] = {}
-    for cell, rows in decisions:
-        key = (cell["model"], cell["policy"], cell["condition"])
-        by_qid = {row["qid"]: row for row in rows}
-        if set(by_qid) != set(questions) or len(rows) != len(questions):
-            where = f"results/policies/{cell['model']}/{cell['dataset']}/{key[2]}/{key[1]}.jsonl"
+    scorers: dict[str, str] = {}
+    for cell, rows in scores:
+        for row in rows:
+            key = (row["model"], row["policy"], row["condition"])
+            found.setdefault(key, {})[row["qid"]] = row["outcome"]
+            scorers[row["model"]] = row["scorer"]
+        stale = [k for k, v in found.items() if k[0] == cell["model"] and set(v) != set(questions)]
+        if stale:
+            where = f"results/truthfulqa/{cell['model']}/{cell['dataset']}/scores.jsonl"
             raise DataError(
-                f"{where}: {len(rows)} decision rows for {len(questions)} probe questions, "
-                f"not one per question; delete it and rerun the workflow to remake it"
+                f"{where}: its {stale[0][1]} {stale[0][2]} outcomes are not one per probe "
+                "question; delete it and rerun the workflow to remake it"
             )
-        found[key] = {qid: outcome(row, questions[qid]) for qid, row in by_qid.items()}
-    return found
+    return found, scorers
 
 
 def _flags(outcomes: Mapping[str, str], qids: Sequence[str], value: str) -> np.ndarray:
@@ -65,13 +70,13 @@ def _flags(outcomes: Mapping[str, str], qids: Sequence[str], value: str) -> np.n
 
 def table_truthfulqa_probe(
     questions: Sequence[Mapping[str, Any]],
-    decisions: Sequence[tuple[Mapping[str, str], list[dict[str, Any]]]],
+    scores: Sequence[tuple[Mapping[str, str], list[dict[str, Any]]]],
     bootstrap: Mapping[str, Any],
 ) -> Table:
     """One row per category x model x policy. ``bootstrap``: n_resamples,
     confidence_level and the config's seed."""
     by_qid = {q["qid"]: q for q in questions}
-    outcomes = _outcomes(decisions, by_qid)
+    outcomes, scorers = _outcomes(scores, by_qid)
     models = in_order("model", {m for m, _, _ in outcomes})
     policies = sorted({p for _, p, _ in outcomes}, key=policy_sort_key)
     level = bootstrap["confidence_level"]
@@ -105,12 +110,17 @@ def table_truthfulqa_probe(
                             _flags(injected_outcomes, qids, ABSTAINED).mean(), n=len(qids)
                         ),
                         "vs Standard RAG injected": margin,
+                        "scorer": scorers[model],
                     }
                 )
+    used = sorted(set(scorers.values()))
     note = (
         f"{level:.0%} paired bootstrap CIs over questions ({bootstrap['n_resamples']} "
-        "resamples); abstentions and unparsed outputs are not accurate. The CDD paper "
-        "(Gemini-2.5-Flash, its binary scorer): CDD 62.0%, Standard RAG 15.0% injected."
+        "resamples); abstentions and unparsed outputs are not accurate. Scored by "
+        f"{', '.join(used) or 'no scorer'}"
+        + (f" ({TOKEN_F1_CAVEAT})" if TOKEN_F1 in used else "")
+        + ". The CDD paper (Gemini-2.5-Flash, its binary scorer): CDD 62.0%, Standard RAG "
+        "15.0% injected."
     )
     return Table(rows, note=note)
 
@@ -131,7 +141,7 @@ def _policy_label(policy: str) -> Label | str:
 def _build(sources: Sources) -> Table:
     [(_, questions)] = sources.read(TRUTHFULQA_QUESTIONS)
     return table_truthfulqa_probe(
-        questions, sources.read(TRUTHFULQA_DECISIONS), sources.setting("bootstrap")
+        questions, sources.read(TRUTHFULQA_SCORES), sources.setting("bootstrap")
     )
 
 
@@ -139,7 +149,7 @@ TABLES = (
     TableSpec(
         "truthfulqa_probe",
         _build,
-        (TRUTHFULQA_QUESTIONS, TRUTHFULQA_DECISIONS),
+        (TRUTHFULQA_QUESTIONS, TRUTHFULQA_SCORES),
         ("bootstrap",),
         when=lambda features: features.truthfulqa_probe,
     ),
