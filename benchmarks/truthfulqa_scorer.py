@@ -41,7 +41,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = [json.loads(line) for line in args.labels.read_text(encoding="utf-8").splitlines()]
     if args.nli:
-        from grabrag.scoring.entailment import nli_scorer
+        from grabrag.evaluation.entailment import nli_scorer
 
         scorer = nli_scorer(args.nli, name=args.nli.name, device=args.device)
     else:

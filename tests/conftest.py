@@ -127,7 +127,13 @@ def _model_rule_benchmarks() -> dict[str, str]:
 # The rules that load a language model are the GPU rules; read from the rule files, so a
 # new one is covered by the tests that assert such jobs are (not) planned without being
 # listed there too. Each writes a benchmark (check_rules in rules/common.smk insists).
-MODEL_RULE_BENCHMARKS = _model_rule_benchmarks()
+GPU_RULE_BENCHMARKS = _model_rule_benchmarks()
+GPU_RULES = frozenset(GPU_RULE_BENCHMARKS)
+# The GPU rule that scores the policies' decisions (the TruthfulQA probe's, by entailment
+# with the NLI model where one is declared): downstream of the policies and on the probe's
+# dataset only, so it is no model rule of the stages that make the decisions.
+SCORING_RULES = frozenset({"truthfulqa_scores"})
+MODEL_RULE_BENCHMARKS = {r: p for r, p in GPU_RULE_BENCHMARKS.items() if r not in SCORING_RULES}
 MODEL_RULES = frozenset(MODEL_RULE_BENCHMARKS)
 # The model rule of the re-ask audit, which a config plans only with reask_audit.questions
 # set; every other model rule runs in every run of the tiny config.

@@ -112,8 +112,10 @@ def test_editing_one_family_of_tables_plans_those_tables_only(edit_and_plan, tin
     cdd_tables = sorted(p.stem for p in (tiny_run / "results" / "tables").glob("cdd_*.md"))
     assert cdd_tables, "the tiny config must produce the CDD tables"
     jobs = edit_and_plan({"report/cdd_tables.py": code_edit})
-    # and the one job that copies the tables' pages into the report's folder
-    assert jobs == {"table": len(cdd_tables), "table_pages": 1, "all": 1}, jobs
+    # and the one job that copies the tables' pages into the report's folder, and the
+    # reproduction report, which holds CDD's published numbers against cdd_results and
+    # cdd_ablation
+    assert jobs == {"table": len(cdd_tables), "table_pages": 1, "reproduction": 1, "all": 1}, jobs
 
 
 def test_a_script_rule_without_its_code_param_is_an_error(tmp_path: Path) -> None:

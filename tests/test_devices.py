@@ -19,7 +19,7 @@ import yaml
 
 from grabrag.core.devices import claim_gpu, visible_devices
 
-from .conftest import MODEL_RULES, REPO, TINY, snakemake
+from .conftest import GPU_RULES, MODEL_RULES, REPO, TINY, snakemake
 
 CLAIMER = """
 import os, sys, time
@@ -269,7 +269,7 @@ def test_every_gpu_rule_claims_its_device_before_llama_cpp_or_torch_loads() -> N
     from .conftest import _rule_declarations
 
     declarations = _rule_declarations()
-    for rule in MODEL_RULES:
+    for rule in GPU_RULES:
         script = re.search(r'^\s*script:\s*"([^"]+)"', declarations[rule], re.MULTILINE)
         assert script, f"GPU rule {rule} runs no script"
         source = (REPO / "rules" / script.group(1)).resolve().read_text()

@@ -422,7 +422,7 @@ def test_the_probe_scorer_reads_label_probabilities_by_id2label(tiny_models) -> 
     probabilities are named by the model's id2label (the always-index-0 head is
     contradiction in MNLI's order, entailment in the usual one), sum to one, and the
     scorer judges every item (random weights: mechanics only)."""
-    from grabrag.scoring.entailment import label_probabilities, nli_scorer
+    from grabrag.evaluation.entailment import label_probabilities, nli_scorer
 
     pairs = [("Q? It is red.", "Q? It is blue."), ("Q? Yes.", "Q? No.")]
     mnli = TransformersNli(tiny_models["index0_mnli"])

@@ -37,7 +37,7 @@ import pytest
 import yaml
 
 from .conftest import (
-    MODEL_RULES,
+    GPU_RULES,
     REPO,
     RULE_NAMES,
     TINY,
@@ -332,7 +332,7 @@ def test_the_profile_names_only_the_workflows_rules_and_places_every_rule() -> N
     # each rule that runs as a job declares its memory and runtime
     assert set(profile["set-resources"]) == RULE_NAMES - local
     # every CPU rule is grouped; the model (GPU) rules run one SLURM job per cell
-    assert RULE_NAMES - local - set(profile["groups"]) == MODEL_RULES
+    assert RULE_NAMES - local - set(profile["groups"]) == GPU_RULES
 
 
 def test_tiny_config_on_slurm_equals_the_local_run(

@@ -29,9 +29,11 @@ from grabrag.report.specs import table_spec, tables
 from .bigbench_standins import TRUTHFUL_QA_EXAMPLES
 from .conftest import (
     AUDIT_MODEL_RULES,
+    GPU_RULE_BENCHMARKS,
     MODEL_RULE_BENCHMARKS,
     MODEL_RULES,
     REPO,
+    SCORING_RULES,
     TINY,
     copy_run,
     copy_workflow,
@@ -850,6 +852,10 @@ def test_model_calling_rules_write_benchmarks(tiny_run: Path) -> None:
         header, values = table.read_text().splitlines()[:2]
         assert header.split("\t")[:3] == ["s", "h:m:s", "max_rss"], rule
         assert float(values.split("\t")[0]) > 0, rule
+    # the probe's scoring, on the probe's own dataset
+    for rule in SCORING_RULES:
+        table = tiny_run / GPU_RULE_BENCHMARKS[rule].format(model=MODEL, dataset="truthfulqa")
+        assert table.read_text().splitlines()[0].split("\t")[:3] == ["s", "h:m:s", "max_rss"]
 
 
 def test_every_declared_output_kind_is_where_its_pattern_says(tiny_run: Path) -> None:

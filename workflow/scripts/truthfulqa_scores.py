@@ -6,7 +6,7 @@ import _job_gpu  # noqa: F401  (claims this job's GPU before any CUDA library lo
 from grabrag.core.io import read_jsonl, write_jsonl
 from grabrag.core.runner import log, run_rule
 from grabrag.data.assets import resolve
-from grabrag.scoring.entailment import nli_scorer
+from grabrag.evaluation.entailment import nli_scorer
 from grabrag.scoring.truthfulness import NLI, TokenF1Scorer, score_decisions
 
 
