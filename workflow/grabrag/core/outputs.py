@@ -331,6 +331,16 @@ AUDIT_RATINGS = declare(
         AUDITED_DATASETS,
     )
 ).name
+EVIDENTIAL_EVALUATIONS = declare(
+    Output(
+        "evidential_evaluations",
+        "results/evidential/{model}/{dataset}/{condition}/evaluations.jsonl",
+        _MDC,
+        rows_by_cell,
+        "the EvidentialRAG evaluator's judgement of each passage (claim, stance, masses)",
+        EVIDENTIAL_DATASETS,
+    )
+).name
 EVIDENTIAL_ROWS = declare(
     Output(
         "evidential",

@@ -13,6 +13,7 @@ CLOSED_BOOK_FILE = outputs.output(outputs.CLOSED_BOOK_ROWS).pattern
 NLI_FILE = outputs.output(outputs.NLI_LABELS).pattern
 DECISION_FILE = outputs.output(outputs.DECISION_ROWS).pattern
 EVIDENTIAL_FILE = outputs.output(outputs.EVIDENTIAL_ROWS).pattern
+EVALUATIONS_FILE = outputs.output(outputs.EVIDENTIAL_EVALUATIONS).pattern
 CDD_TRACE_FILE = outputs.output(outputs.CDD_TRACE_ROWS).pattern
 CDD_CELL_FILE = outputs.output(outputs.CDD_BASELINE_ROWS).pattern
 P3_SWEEP_FILE = outputs.output(outputs.P3_SWEEPS).pattern

@@ -14,6 +14,7 @@ from grabrag.pipeline.files import (
     CDD_CELL_FILE,
     CDD_TRACE_FILE,
     CLOSED_BOOK_FILE,
+    EVALUATIONS_FILE,
     EVIDENTIAL_FILE,
     GENERATION_FILE,
     NLI_FILE,
@@ -21,8 +22,6 @@ from grabrag.pipeline.files import (
 from grabrag.pipeline.plan import model_calls
 from grabrag.pipeline.run import Run
 from grabrag.pipeline.scope import policies_reading
-
-EVALUATIONS_FILE = "results/evidential/{model}/{dataset}/{condition}/evaluations.jsonl"
 
 
 def ledger_files(run: Run) -> list[dict[str, str]]:
