@@ -18,7 +18,7 @@ import numpy as np
 from grabrag.core import registry
 from grabrag.core.conditions import BEST_ANSWER_CONTEXT, MISCONCEPTION_CONTEXT
 from grabrag.core.errors import DataError
-from grabrag.core.outputs import TRUTHFULQA_QUESTIONS, TRUTHFULQA_SCORES
+from grabrag.core.outputs import TRUTHFULQA_QUESTIONS, TRUTHFULQA_SCORES, output
 from grabrag.data.truthfulqa import MISCONCEPTIONS, category_group
 from grabrag.evaluation.evaluate import policy_sort_key
 from grabrag.report.specs import Sources, TableSpec
@@ -55,7 +55,7 @@ def _outcomes(
             scorers[row["model"]] = row["scorer"]
         stale = [k for k, v in found.items() if k[0] == cell["model"] and set(v) != set(questions)]
         if stale:
-            where = f"results/truthfulqa/{cell['model']}/{cell['dataset']}/scores.jsonl"
+            where = output(TRUTHFULQA_SCORES).pattern.format(**cell)
             raise DataError(
                 f"{where}: its {stale[0][1]} {stale[0][2]} outcomes are not one per probe "
                 "question; delete it and rerun the workflow to remake it"
