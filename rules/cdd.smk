@@ -7,7 +7,7 @@
 
 rule cdd_generate:
     input:
-        contexts=CONTEXT_FILE,
+        contexts=cdd_contexts,
         cb=closed_book_cell,
         model=model_asset,
     output:
@@ -35,7 +35,7 @@ if RUN.cdd_baselines:
 
     rule baselines_generate:
         input:
-            contexts=CONTEXT_FILE,
+            contexts=cdd_contexts,
             model=model_asset,
         output:
             **{
@@ -62,7 +62,7 @@ if RUN.cdd_baselines:
 
 rule cdd_diagnostics:
     input:
-        contexts=expand(CONTEXT_FILE, condition=RUN.conditions, allow_missing=True),
+        contexts=cdd_condition_contexts,
         traces=expand(
             "results/cdd/{{model}}/{{dataset}}/{condition}/traces.jsonl",
             condition=RUN.conditions if RUN.cdd_traces else [],

@@ -36,6 +36,7 @@ from grabrag.pipeline.files import (
     TABLE_PAGES,
 )
 from grabrag.pipeline.run import Run
+from grabrag.pipeline.scope import method_context_files
 from grabrag.policies.paper import p3_sweep_grid
 from grabrag.report.specs import figure_spec, figures, table_spec, tables
 from grabrag.report.tabular import render_caption, render_rst
@@ -169,9 +170,15 @@ evaluator_asset = lambda w: model_input(RUN.evaluator(w.model))
 evaluator_threads = lambda w: RUN.evaluator(w.model).threads
 evaluator_gpus = lambda w: RUN.evaluator(w.model).gpus
 evidential_cells = lambda w: RUN.evidential_cells(w.model, w.dataset)
+evidential_contexts = lambda w: method_context_files(config, "evidential", w, [w.condition])
+evidential_condition_contexts = lambda w: method_context_files(
+    config, "evidential", w, RUN.conditions
+)
 
 # --- rules/cdd.smk ---------------------------------------------------------------------
 cdd_decision_cells = lambda w: RUN.cdd_decision_cells(w.model, w.dataset)
+cdd_contexts = lambda w: method_context_files(config, "cdd", w, [w.condition])
+cdd_condition_contexts = lambda w: method_context_files(config, "cdd", w, RUN.conditions)
 
 # --- rules/report.smk ------------------------------------------------------------------
 LEDGER_FILES = ledger_files(RUN)

@@ -52,3 +52,21 @@ rule contexts_report:
         code=script_code("build_contexts.py"),
     script:
         "../workflow/scripts/build_contexts.py"
+
+
+# A method run on each dataset's first N questions only (evidential.n_questions,
+# cdd.n_questions: ours, for small runs) reads a condition's rows among those questions.
+rule method_contexts:
+    input:
+        rows="results/contexts/{dataset}/{condition}.jsonl",
+    output:
+        rows="results/contexts/{dataset}/{condition}.first{questions}.jsonl",
+    log:
+        "results/logs/method_contexts/{dataset}/{condition}.first{questions}.log",
+    priority: PREPARATION_PRIORITY
+    conda:
+        GRABRAG_ENV
+    params:
+        code=script_code("method_contexts.py"),
+    script:
+        "../workflow/scripts/method_contexts.py"

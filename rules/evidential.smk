@@ -7,7 +7,7 @@
 
 rule evidential_evaluate:
     input:
-        contexts=CONTEXT_FILE,
+        contexts=evidential_contexts,
         evaluator=evaluator_asset,
     output:
         evaluations="results/evidential/{model}/{dataset}/{condition}/evaluations.jsonl",
@@ -34,7 +34,7 @@ rule evidential_evaluate:
 
 rule evidential_generate:
     input:
-        contexts=CONTEXT_FILE,
+        contexts=evidential_contexts,
         evaluations="results/evidential/{model}/{dataset}/{condition}/evaluations.jsonl",
         cb=closed_book_cell,
         model=model_asset,
@@ -69,7 +69,7 @@ rule evidential_sweep:
             "results/evidential/{{model}}/{{dataset}}/{condition}/evaluations.jsonl",
             condition=RUN.conditions,
         ),
-        contexts=expand(CONTEXT_FILE, condition=RUN.conditions, allow_missing=True),
+        contexts=evidential_condition_contexts,
         cb=closed_book_cell,
     output:
         sweep="results/evidential/{model}/{dataset}/sweep.csv",

@@ -33,6 +33,7 @@ rule metrics:
         GRABRAG_ENV
     params:
         code=script_code("metrics.py"),
+        question_limits=RUN.question_limits,
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
         build_seed=lambda w: RUN.construction_seed(w.dataset),
@@ -56,6 +57,7 @@ rule pooled_metrics:
         GRABRAG_ENV
     params:
         code=script_code("pooled_metrics.py"),
+        question_limits=RUN.question_limits,
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
         seeds=RUN.seeds,
@@ -77,6 +79,7 @@ rule abstention_over_datasets:
         GRABRAG_ENV
     params:
         code=script_code("abstention_over_datasets.py"),
+        question_limits=RUN.question_limits,
         bootstrap=stable(config["bootstrap"]),
         seed=config["seed"],
         decision_cells=RUN.all_decision_cells(),

@@ -1340,8 +1340,10 @@ def test_cdd_alpha_decisions_keep_p1_for_low_conflict_questions() -> None:
     assert rows[1]["policy"] == "CDD_ALPHA" and rows[1]["llm_calls"] == 1
     # a threshold above every score bypasses everything
     assert not any(r["gated"] for r in cdd_decide.cdd_alpha_decisions(p1, traces, 1.01))
-    with pytest.raises(DataError, match="no CDD trace row"):
-        cdd_decide.cdd_alpha_decisions(p1, traces[:1])
+    # CDD run on the first question only (cdd.n_questions): CDD-alpha decides that one
+    assert [r["qid"] for r in cdd_decide.cdd_alpha_decisions(p1, traces[:1])] == [p1[0]["qid"]]
+    with pytest.raises(DataError, match="no CDD trace row.*of the first 1 of 2 questions"):
+        cdd_decide.cdd_alpha_decisions(p1, traces[1:])
     with pytest.raises(DataError, match="wrong generation file"):
         cdd_decide.cdd_alpha_decisions([{**p1[0], "prompt": "P0"}], traces)
 

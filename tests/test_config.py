@@ -73,6 +73,7 @@ def test_defaults_are_filled(embedded: dict) -> None:
         "gate_threshold": 0.5,
         "diagnostics": True,
         "datasets": None,
+        "n_questions": None,
     }
     assert config["evidential"] == {
         "evaluator": None,
@@ -82,6 +83,7 @@ def test_defaults_are_filled(embedded: dict) -> None:
         "merge_f1": 0.8,
         "evaluator_max_tokens": 160,
         "datasets": None,
+        "n_questions": None,
         "lambda_grid": ["dempster", 0.0, 0.3, 0.6, 1.0],
         "tau_grid": [[0.2, 0.5], [0.35, 0.65], [0.5, 0.8]],
     }

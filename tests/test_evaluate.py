@@ -613,3 +613,27 @@ def test_evidential_ece_and_route_shares() -> None:
         if r["metric"] == "ece_answer_15" and r["condition"] == "Q100"
     }
     assert by_policy["P0"] == pytest.approx(0.3) and by_policy["P1"] == pytest.approx(0.3)
+
+
+def test_a_policy_run_on_the_first_questions_is_scored_on_those_only() -> None:
+    """evidential.n_questions / cdd.n_questions: a policy limited to the first two
+    questions has cells of those questions (QC: the eligible ones among them), its metric
+    rows are over them, and the other policies' rows stay over all four."""
+    first_two = {c: [row for row in rows if row["qid"] in ("q1", "q2")] for c, rows in P1.items()}
+    cells = {**decisions(), **decisions({"CAI": first_two})}
+    rows = evaluate(cells, contexts(), n_resamples=50, question_limits={"CAI": 2})
+    keyed = {(row["policy"], row["condition"], row["metric"]): row for row in rows}
+    assert keyed[("CAI", "Q100", "answer_rate")]["n"] == 2
+    assert keyed[("CAI", "Q100", "answer_rate")]["value"] == 1.0  # q1, q2 answered
+    assert keyed[("CAI", "QC", "hwsa")]["n"] == 2
+    assert keyed[("P1", "Q100", "answer_rate")]["n"] == 4
+    assert keyed[("P1", "Q100", "answer_rate")]["value"] == 0.75
+    # a limited cell must hold exactly its first questions, no fewer and no more
+    short = {**first_two, "Q100": first_two["Q100"][:1]}
+    with pytest.raises(DataError, match="1 questions missing.*of the first 2 questions"):
+        evaluate(decisions({"CAI": short}), contexts(), n_resamples=5, question_limits={"CAI": 2})
+    with pytest.raises(DataError, match="2 unknown"):
+        evaluate(decisions({"CAI": P1}), contexts(), n_resamples=5, question_limits={"CAI": 2})
+    # Figure 2's mean over datasets and the pooled seeds read the same limits
+    over = abstention_over_datasets(cells, contexts(), n_resamples=5, question_limits={"CAI": 2})
+    assert {row["n"] for row in over if row["policy"] == "CAI" and row["condition"] == "Q0"} == {2}

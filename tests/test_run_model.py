@@ -14,6 +14,7 @@ from grabrag.core import registry
 from grabrag.generation.backends import model_entry, verifier_endpoint, verifier_entry
 from grabrag.pipeline.config import validate_config
 from grabrag.pipeline.run import Run
+from grabrag.pipeline.scope import method_context_files
 
 from .conftest import TINY
 
@@ -191,3 +192,32 @@ def test_the_verifier_labels_through_a_served_generator_only_without_weights() -
     assert verifier_endpoint(deberta, served.settings) is None
     entry = verifier_entry(deberta, served, 4)
     assert (entry.served, entry.asset, entry.threads, entry.gpus) == (False, "deberta", 4, 1)
+
+
+def test_a_method_on_the_first_questions_reads_their_context_rows() -> None:
+    """evidential.n_questions / cdd.n_questions: the method's jobs read the rows of the
+    first N questions (rule method_contexts), the metrics know the limit per policy, and
+    the TruthfulQA probe keeps its own size."""
+    config = tiny(evidential__n_questions=1, cdd__n_questions=2)
+    run = Run(config)
+    cell = {"model": "micro", "dataset": "nq_bigbench", "condition": "QC"}
+    assert method_context_files(config, "evidential", cell, ["QC"]) == [
+        "results/contexts/nq_bigbench/QC.first1.jsonl"
+    ]
+    assert method_context_files(config, "cdd", cell, run.conditions) == [
+        f"results/contexts/nq_bigbench/{c}.first2.jsonl" for c in run.conditions
+    ]
+    probe = {**cell, "dataset": "truthfulqa"}
+    assert method_context_files(config, "cdd", probe, ["TQB"]) == [
+        "results/contexts/truthfulqa/TQB.jsonl"
+    ]
+    assert run.question_limits == {
+        **{p: 1 for p in ("EVID", "EVID_CB")},
+        **{p: 2 for p in CDD},
+    }
+    assert run.wildcard_values()["questions"] == ["1", "2"]
+    plain = tiny()
+    assert Run(plain).question_limits == {} and Run(plain).wildcard_values()["questions"] == []
+    assert method_context_files(plain, "cdd", cell, ["QC"]) == [
+        "results/contexts/nq_bigbench/QC.jsonl"
+    ]

@@ -69,6 +69,20 @@ def test_pooled_questions_are_every_seeds_questions_named_by_their_seed() -> Non
     assert rates[0]["n"] == 5
 
 
+def test_pooled_questions_keep_a_methods_first_questions_per_seed() -> None:
+    """A policy run on each dataset's first question only has that question of every
+    seed's build in the pooled cell: the limit counts within each seed."""
+    first, second = ["a", "b"], ["c", "d"]
+    key = ("m", "ds", "Q0", "CAI")
+    decisions, contexts = pool_seeds(
+        {42: {key: _decisions(first[:1], {"a"})}, 7: {key: _decisions(second[:1], set())}},
+        {42: {("ds", "Q0"): _contexts(first)}, 7: {("ds", "Q0"): _contexts(second)}},
+    )
+    rows = evaluate(decisions, contexts, n_resamples=20, question_limits={"CAI": 1})
+    (rate,) = [r for r in rows if r["metric"] == "answer_rate"]
+    assert rate["n"] == 2 and rate["value"] == pytest.approx(1 / 2)
+
+
 def test_pooling_refuses_seeds_with_other_cells() -> None:
     key, other = ("m", "ds", "Q0", "P1"), ("m", "ds", "Q0", "P2")
     with pytest.raises(DataError, match="seed 7 has other cell keys than seed 42"):

@@ -20,6 +20,7 @@ def main(smk):
         n_resamples=smk.params.bootstrap["n_resamples"],
         seed=smk.params.seed,
         confidence_level=smk.params.bootstrap["confidence_level"],
+        question_limits=smk.params.question_limits,
     )
     # the base seed's build of every dataset
     seed = smk.params.seed

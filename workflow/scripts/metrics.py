@@ -16,6 +16,7 @@ def main(smk):
         n_resamples=smk.params.bootstrap["n_resamples"],
         seed=smk.params.seed,
         confidence_level=smk.params.bootstrap["confidence_level"],
+        question_limits=smk.params.question_limits,
     )
     build_seed = smk.params.build_seed
     rows_csv(smk.output.metrics, [{**row, SEED: build_seed} for row in rows], FILE_COLUMNS)

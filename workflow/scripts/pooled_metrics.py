@@ -34,6 +34,7 @@ def main(smk):
         n_resamples=smk.params.bootstrap["n_resamples"],
         seed=smk.params.seed,
         confidence_level=smk.params.bootstrap["confidence_level"],
+        question_limits=smk.params.question_limits,
     )
     rows_csv(smk.output.metrics, rows, FILE_COLUMNS)  # seed empty: pooled over the seeds
     log.info("%d metric rows for %s over seeds %s", len(rows), smk.wildcards.dataset, seeds)

@@ -93,21 +93,26 @@ def cdd_alpha_decisions(
     threshold: float = GATE_THRESHOLD,
     gate: str = LEXICAL,
 ) -> list[dict[str, Any]]:
-    """CDD-alpha for every question of the P1 cell, in its order, from stored rows only
-    (:func:`grabrag.cdd.method.cdd_alpha_row`): the gate (``gate="model"``: the stored
+    """CDD-alpha for every question CDD ran on, in the P1 cell's order, from stored rows
+    only (:func:`grabrag.cdd.method.cdd_alpha_row`): the gate (``gate="model"``: the stored
     contradiction judgement of the step-1 and step-2 answers; ``"lexical"``: 1 - token
     F1 >= ``threshold``) sends a question to the full CDD row, else it keeps P1's
-    generation row (rule ``gate_bypass``, or ``parse_failed``)."""
+    generation row (rule ``gate_bypass``, or ``parse_failed``).
+
+    CDD runs on every question of the cell or, with ``cdd.n_questions``, on the first
+    ones: its traces must be those of the P1 cell's first questions, one per question."""
     traces = _unique(trace_rows, "CDD trace")
     _unique(p1_rows, "P1 generation")
-    missing = [r["qid"] for r in p1_rows if r["qid"] not in traces]
+    covered = p1_rows[: len(traces)]
+    missing = [r["qid"] for r in covered if r["qid"] not in traces]
     if missing:
         raise DataError(
-            f"no CDD trace row for qid {', '.join(missing[:5])} ({len(missing)} of "
-            f"{len(p1_rows)} questions); rerun cdd_generate for this cell"
+            f"no CDD trace row for qid {', '.join(missing[:5])} ({len(missing)} of the "
+            f"first {len(covered)} of {len(p1_rows)} questions); rerun cdd_generate for "
+            "this cell"
         )
     out = []
-    for p1 in p1_rows:
+    for p1 in covered:
         if p1.get("prompt") not in (None, REFERENCE_POLICY):
             raise DataError(
                 f"P1 generation rows: qid {p1['qid']} comes from prompt {p1['prompt']!r}; "

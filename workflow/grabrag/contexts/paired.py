@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from grabrag.core.conditions import CLOSED_BOOK, RETRIEVED
+from grabrag.core.errors import DataError
 from grabrag.core.text import contains_alias
 
 PAIRED_CONDITIONS = (*RETRIEVED, CLOSED_BOOK)
@@ -323,3 +324,21 @@ def build_contexts(
         "n_gold_q50": n_gold_q50,
     }
     return rows, report
+
+
+def first_questions(
+    rows: Sequence[Mapping[str, Any]], n: int, source: str | Path = "context rows"
+) -> list[Mapping[str, Any]]:
+    """The rows (of any condition) whose question is among the first ``n`` of the sample
+    (``index`` below n), in their order: what a method run on a dataset's first questions
+    only reads (``evidential.n_questions``, ``cdd.n_questions``)."""
+    kept = []
+    for position, row in enumerate(rows, start=1):
+        if not isinstance(row.get("index"), int):
+            raise DataError(
+                f"{source}, row {position}: no integer 'index' (the question's place in the "
+                "sample); rebuild the contexts"
+            )
+        if row["index"] < n:
+            kept.append(row)
+    return kept

@@ -298,6 +298,18 @@ def policy(name: str) -> Policy:
     return _REGISTRY[name]
 
 
+def question_limits(config: Mapping[str, Any]) -> dict[str, int]:
+    """Policy -> N for the configured policies whose method runs on each dataset's first N
+    questions only (``<scope>.n_questions``, a small run's choice, ours); not on the
+    TruthfulQA probe's dataset, whose size is its own."""
+    limits = {}
+    for name in config["policies"]["names"]:
+        section = policy(name).scope
+        if section is not None and config[section].get("n_questions") is not None:
+            limits[name] = int(config[section]["n_questions"])
+    return limits
+
+
 def names(where: Callable[[Policy], bool] | None = None) -> list[str]:
     """The registered names in registration order, those ``where`` holds for if given."""
     return [name for name, p in _REGISTRY.items() if where is None or where(p)]

@@ -73,7 +73,9 @@ exact, F1 sums and AURC/ECE move CI endpoints by under 1e-6); point estimates us
 Zero-size cases give value NaN with a ``reason`` and NaN CIs, never 0 or a crash.
 
 Cells must be complete: a cell's qids must be exactly those of the context rows of its
-(dataset, condition); anything else is a DataError naming the cell.
+(dataset, condition), or for a policy in ``question_limits`` (policy -> N: its method runs
+on the first N questions only) of those rows among the first N; anything else is a
+DataError naming the cell. Such a policy's rows are its own questions' (their ``n``).
 """
 
 from __future__ import annotations
@@ -120,10 +122,12 @@ def evaluate_dataset(
     confidence_level: float = CONFIDENCE_LEVEL,
     ece_bins: Sequence[int] = DEFAULT_ECE_BINS,
     counts: np.ndarray | None = None,
+    question_limits: Mapping[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Tidy metric rows of one dataset. ``decisions``: (model, condition, policy) -> rows;
     ``contexts``: condition -> context rows. ``counts`` overrides the resample matrix
     (tests)."""
+    limits = question_limits or {}
     ds = DatasetFrame(dataset, contexts)
     if counts is None:
         counts = resample_counts(ds.n, n_resamples, dataset_seed(seed, dataset), dtype=np.float32)
@@ -133,7 +137,7 @@ def evaluate_dataset(
     for (model, condition, policy), rows in decisions.items():
         if condition not in NAMES:
             raise DataError(f"cell {model}/{dataset}/{condition}/{policy}: unknown condition")
-        indexed = ds.cell((model, dataset, condition, policy), rows)
+        indexed = ds.cell((model, dataset, condition, policy), rows, limits.get(policy))
         by_model.setdefault(model, {}).setdefault(policy, {})[condition] = CellColumns(
             ds, condition, indexed, policy
         )
@@ -161,6 +165,7 @@ def evaluate(
     seed: int = 42,
     confidence_level: float = CONFIDENCE_LEVEL,
     ece_bins: Sequence[int] = DEFAULT_ECE_BINS,
+    question_limits: Mapping[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """The tidy metric table (rows with :data:`~grabrag.evaluation.schema.COLUMNS`) of
     every cell in ``decisions``.
@@ -189,6 +194,7 @@ def evaluate(
                 seed=seed,
                 confidence_level=confidence_level,
                 ece_bins=ece_bins,
+                question_limits=question_limits,
             )
         )
     return out
@@ -201,6 +207,7 @@ def abstention_over_datasets(
     n_resamples: int = N_RESAMPLES,
     seed: int = 42,
     confidence_level: float = CONFIDENCE_LEVEL,
+    question_limits: Mapping[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Figure 2's numbers: the abstention rate of each (model, policy, condition) averaged
     over the datasets that have that cell, with a percentile bootstrap CI.
@@ -224,7 +231,10 @@ def abstention_over_datasets(
                 continue
             if condition not in NAMES:
                 raise DataError(f"cell {model}/{dataset}/{condition}/{policy}: unknown condition")
-            cell = CellColumns(ds, condition, ds.cell((model, dataset, condition, policy), rows))
+            limit = (question_limits or {}).get(policy)
+            cell = CellColumns(
+                ds, condition, ds.cell((model, dataset, condition, policy), rows, limit)
+            )
             present = int(cell.present.sum())
             if present == 0:
                 continue  # e.g. QC of a dataset without QC-eligible questions

@@ -5,7 +5,9 @@ against its context rows.
 The frame fixes the order of a dataset's questions (every per-question column and the
 bootstrap's resample matrix use it), their gold answers and which of them are QC-eligible.
 Cells must be complete: a cell's qids must be exactly those of the context rows of its
-(dataset, condition); anything else is a DataError naming the cell.
+(dataset, condition), or, for a policy whose method runs on a dataset's first N questions
+only (``evidential.n_questions``, ``cdd.n_questions``), of those rows among the first N;
+anything else is a DataError naming the cell.
 """
 
 from __future__ import annotations
@@ -22,6 +24,21 @@ from grabrag.core.errors import DataError
 from grabrag.core.io import read_jsonl
 
 CellKey = tuple[str, str, str, str]  # (model, dataset, condition, policy)
+
+# Several construction seeds pooled as one sample (grabrag.evaluation.seeds) offset a
+# seed's question positions by this much times its place among the seeds, so that the
+# pooled order keeps each seed's questions together and in their own order.
+SEED_STRIDE = 10**9
+
+
+def sample_position(row: Mapping[str, Any]) -> int:
+    """A context row's question's place in its build's sample (0 first), pooled or not."""
+    index = row.get("index")
+    if not isinstance(index, int):
+        raise DataError(
+            f"context row of qid {row.get('qid')}: no integer 'index' (its place in the sample)"
+        )
+    return index % SEED_STRIDE
 
 
 def read_decision_files(
@@ -84,13 +101,23 @@ class DatasetFrame:
         for qid in self.qc:
             self.eligible[self.position[qid]] = True
 
-    def cell(self, key: CellKey, rows: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-        """Rows of a cell indexed by qid; they must cover its condition's questions exactly."""
+    def cell(
+        self,
+        key: CellKey,
+        rows: Sequence[Mapping[str, Any]],
+        first_questions: int | None = None,
+    ) -> dict[str, Mapping[str, Any]]:
+        """Rows of a cell indexed by qid; they must cover its condition's questions exactly,
+        or with ``first_questions`` N, those among the first N questions of the sample."""
         model, dataset, condition, policy = key
         label = f"cell {model}/{dataset}/{condition}/{policy}"
         if condition not in self.by_condition:
             raise DataError(f"{label}: no context rows for {dataset}/{condition}")
         expected = self.by_condition[condition]
+        if first_questions is not None:
+            expected = {
+                qid: row for qid, row in expected.items() if sample_position(row) < first_questions
+            }
         index: dict[str, Mapping[str, Any]] = {}
         for position, row in enumerate(rows, start=1):
             for column in ("qid", "decision"):
@@ -112,6 +139,8 @@ class DatasetFrame:
             raise DataError(
                 f"{label}: rows do not match the context rows of {dataset}/{condition} "
                 f"({len(missing)} questions missing, e.g. {missing[:3]}; {len(unknown)} unknown, "
-                f"e.g. {unknown[:3]}); rerun the rule that writes this cell"
+                f"e.g. {unknown[:3]}"
+                + (f", of the first {first_questions} questions" if first_questions else "")
+                + "); rerun the rule that writes this cell"
             )
         return index

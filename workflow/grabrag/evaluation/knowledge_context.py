@@ -101,11 +101,13 @@ def knowledge_context_rows(
     n_resamples: int,
     seed: int,
     confidence_level: float,
+    question_limits: Mapping[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Tidy rows (model, dataset, policy, condition, context, knowledge, metric, value,
     ci_low, ci_high, n, reason) of one dataset. ``decisions``: (model, condition, policy)
     -> rows, the conditions of :data:`CONTEXT_KIND` only; ``closed_book``: model -> its CB
-    rows; ``contexts``: condition -> context rows."""
+    rows; ``contexts``: condition -> context rows; ``question_limits``: policy -> N for a
+    policy that runs on the first N questions only."""
     ds = DatasetFrame(dataset, contexts)
     counts = resample_counts(ds.n, n_resamples, dataset_seed(seed, dataset), dtype=np.float32)
     known: dict[str, np.ndarray] = {}
@@ -117,7 +119,8 @@ def knowledge_context_rows(
             raise DataError(f"{model}/{dataset}: {NO_CLOSED_BOOK}")
         if model not in known:
             known[model] = knowledge(ds, closed_book[model])
-        indexed = ds.cell((model, dataset, condition, policy), rows)
+        limit = (question_limits or {}).get(policy)
+        indexed = ds.cell((model, dataset, condition, policy), rows, limit)
         cell = CellColumns(ds, condition, indexed, policy)
         head = {"model": model, "dataset": dataset, "policy": policy}
         for row in quadrant_block(cell, known[model]).run(counts, confidence_level, head):

@@ -13,11 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grabrag.core.errors import DataError
-from grabrag.evaluation.inputs import CellKey
-
-# A seed's question positions are offset by this much times its place among the seeds, so
-# that the pooled order keeps each seed's questions together and in their own order.
-SEED_STRIDE = 10**9
+from grabrag.evaluation.inputs import SEED_STRIDE, CellKey
 
 Rows = Sequence[Mapping[str, Any]]
 

@@ -8,6 +8,9 @@ from grabrag.core import outputs
 # The per-cell files other stages read, from their declarations. The rule that writes one
 # spells its path out in its output (Snakemake's guidelines: literal results/ paths there).
 CONTEXT_FILE = outputs.output(outputs.CONTEXT_ROWS).pattern
+# A method run on each dataset's first N questions only (evidential.n_questions,
+# cdd.n_questions) reads a condition's rows among them (rule method_contexts).
+METHOD_CONTEXT_FILE = "results/contexts/{dataset}/{condition}.first{questions}.jsonl"
 GENERATION_FILE = outputs.output(outputs.GENERATION_ROWS).pattern
 CLOSED_BOOK_FILE = outputs.output(outputs.CLOSED_BOOK_ROWS).pattern
 NLI_FILE = outputs.output(outputs.NLI_LABELS).pattern

@@ -69,6 +69,21 @@ def _nli_row(
     }
 
 
+def _method_questions(
+    config: Mapping[str, Any], section: str, n_by_dataset: Mapping[str, int], datasets: list[str]
+) -> int:
+    """The questions a method runs on over its datasets: each dataset's, or its first
+    ``<section>.n_questions``."""
+    limit = config[section].get("n_questions")
+    return sum(n_by_dataset[d] if limit is None else min(limit, n_by_dataset[d]) for d in datasets)
+
+
+def _on_first(config: Mapping[str, Any], section: str) -> str:
+    """What a method's plan rows add to their "how" when it runs on the first questions."""
+    limit = config[section].get("n_questions")
+    return "" if limit is None else f", on each dataset's first {limit} questions"
+
+
 def _evidential_rows(
     config: Mapping[str, Any], m: int, n_by_dataset: Mapping[str, int], conditions: list[str]
 ) -> list[dict[str, Any]]:
@@ -78,19 +93,20 @@ def _evidential_rows(
     if not evid:
         return []
     k = config["contexts"]["n_passages"]
-    n = sum(n_by_dataset[d] for d in evid_datasets)
+    n = _method_questions(config, "evidential", n_by_dataset, evid_datasets)
     return [
         {
             "rule": "evidential_evaluate",
             "jobs": m * len(evid_datasets) * len(conditions),
             "calls": m * n * len(conditions) * k,
-            "how": f"one evaluator call per passage ({k})",
+            "how": f"one evaluator call per passage ({k}){_on_first(config, 'evidential')}",
         },
         {
             "rule": "evidential_generate",
             "jobs": m * len(evid_datasets) * len(conditions),
             "calls": m * n * len(conditions) * len(evid),
-            "how": f"one generator call per question for each of {', '.join(evid)}",
+            "how": f"one generator call per question for each of {', '.join(evid)}"
+            + _on_first(config, "evidential"),
         },
     ]
 
@@ -104,7 +120,7 @@ def _cdd_rows(
     if not cdd:
         return []
     rows = []
-    n = sum(n_by_dataset[d] for d in cdd_datasets)
+    n = _method_questions(config, "cdd", n_by_dataset, cdd_datasets)
     settings = config["cdd"]
     traces = policies_reading(cdd, registry.CDD_TRACES)
     baselines = [p for p in cdd if p not in traces]
@@ -121,7 +137,8 @@ def _cdd_rows(
                 + (", the diagnostics' reruns" if settings["diagnostics"] else "")
                 + (", step 2 in context" if settings["parametric"] == "in_context" else "")
                 + (", the model gate" if settings["gate"] == "model" else "")
-                + ")",
+                + ")"
+                + _on_first(config, "cdd"),
             }
         )
     if baselines:
@@ -130,7 +147,8 @@ def _cdd_rows(
                 "rule": "baselines_generate",
                 "jobs": m * len(cdd_datasets) * len(conditions),
                 "calls": m * n * len(conditions) * len(baselines),
-                "how": f"one call per question for each of {', '.join(baselines)}",
+                "how": f"one call per question for each of {', '.join(baselines)}"
+                + _on_first(config, "cdd"),
             }
         )
     return rows
@@ -167,8 +185,9 @@ def _truthfulqa_rows(config: Mapping[str, Any]) -> list[dict[str, Any]]:
         "datasets": {TRUTHFULQA: {"n_questions": n}},
         "generation": {**config["generation"], "conditions": list(TRUTHFULQA_CONDITIONS)},
         "contexts": {**config["contexts"], "n_passages": 1},
-        "evidential": {**config["evidential"], "datasets": None},
-        "cdd": {**config["cdd"], "datasets": None},
+        # the probe's size is its own: a method's n_questions limits the datasets only
+        "evidential": {**config["evidential"], "datasets": None, "n_questions": None},
+        "cdd": {**config["cdd"], "datasets": None, "n_questions": None},
         "seed_sensitivity": None,
         "seeds": None,  # the probe is one draw: its questions are the file's
         "truthfulqa_probe": None,

@@ -94,6 +94,7 @@ class Run:
         self.cdd_family = self._scoped("cdd")
         self.evid_datasets = self._method_datasets("evidential") if self.evid_policies else []
         self.cdd_datasets = self._method_datasets("cdd") if self.cdd_family else []
+        self.question_limits = registry.question_limits(config)
         # Table 6: datasets whose QC audit sample a person has rated (qc.audit_filled).
         self.audited_datasets = [d for d in self.datasets if d in config["qc"]["audit_filled"]]
 
@@ -214,6 +215,7 @@ class Run:
             "model": list(self.config["models"]),
             "condition": [*self.conditions, *probe],
             "policy": self.policies,
+            "questions": [str(n) for n in sorted(set(self.question_limits.values()))],
         }
 
     # --- built datasets ---------------------------------------------------------------

@@ -14,7 +14,16 @@ from grabrag.core import registry
 from grabrag.core.conditions import SHOULD_ABSTAIN, SHOULD_ANSWER
 from grabrag.core.outputs import CDD_DIAGNOSTICS_TABLE, METRICS
 from grabrag.report.specs import TableSpec
-from grabrag.report.table_cells import _cells, _ci, _lookup, _n, _records, _value, pct
+from grabrag.report.table_cells import (
+    _cells,
+    _ci,
+    _lookup,
+    _n,
+    _records,
+    _value,
+    pct,
+    with_question_limits,
+)
 from grabrag.report.tabular import Number, Table, where
 
 CDD_VARIANTS = {
@@ -196,8 +205,12 @@ _DIAGNOSTICS = (CDD_DIAGNOSTICS_TABLE,)
 TABLES = (
     TableSpec(
         "cdd_results",
-        lambda s: table_cdd_results(s.read(METRICS), s.read(CDD_DIAGNOSTICS_TABLE)),
+        lambda s: with_question_limits(
+            table_cdd_results(s.read(METRICS), s.read(CDD_DIAGNOSTICS_TABLE)),
+            s.setting("question_limits"),
+        ),
         (METRICS, CDD_DIAGNOSTICS_TABLE),
+        ("question_limits",),
         when=lambda f: f.cdd_family,
     ),
     TableSpec(

@@ -28,6 +28,7 @@ from grabrag.report.table_cells import (
     _policies,
     _value,
     pct,
+    with_question_limits,
 )
 from grabrag.report.tabular import Number, Table, order_key, same_float, where
 
@@ -416,7 +417,13 @@ TABLES = (
         when=lambda f: "QX" in f.conditions,
     ),
     TableSpec(
-        "evid_results", lambda s: table_evid_results(s.read(METRICS)), (METRICS,), (), _evidential
+        "evid_results",
+        lambda s: with_question_limits(
+            table_evid_results(s.read(METRICS)), s.setting("question_limits")
+        ),
+        (METRICS,),
+        ("question_limits",),
+        _evidential,
     ),
     TableSpec(
         "evid_efficiency",

@@ -100,6 +100,7 @@ def _build(s: Sources) -> Table:
             n_resamples=bootstrap["n_resamples"],
             seed=bootstrap["seed"],
             confidence_level=bootstrap["confidence_level"],
+            question_limits=s.setting("question_limits"),
         )
     return table_knowledge_context(tidy)
 
@@ -109,6 +110,6 @@ TABLES = (
         "knowledge_context",
         _build,
         (DECISION_ROWS, CLOSED_BOOK_ROWS, CONTEXT_ROWS),
-        ("bootstrap",),
+        ("bootstrap", "question_limits"),
     ),
 )

@@ -301,19 +301,33 @@ def _pairs_in_cells(
     scale: float = 100.0,
 ) -> Callable:
     """A claim that policy ``first`` scores above (``higher``) or below policy ``second``
-    on ``quantity`` in every model x dataset cell of ``table`` where both are estimated."""
+    on ``quantity`` in every model x dataset cell of ``table`` where both are estimated
+    over the same number of rows (a method run on a dataset's first questions only is not
+    compared with a policy over all of them)."""
 
     def check(tidy: pl.DataFrame) -> tuple[str, str]:
-        frame = _table(tidy, table).filter(pl.col("quantity") == quantity)
+        rows_of_table = _table(tidy, table)
+        frame = rows_of_table.filter(pl.col("quantity") == quantity)
         if condition is not None:
             frame = frame.filter(pl.col("condition") == condition)
         if row is not None:
             frame = frame.filter(pl.col("row") == row)
         values: dict[tuple[str, str], dict[str, float]] = {}
+        sizes: dict[tuple[str, str], dict[str, int | None]] = {}
         for r in frame.filter(pl.col("estimate").is_not_null()).iter_rows(named=True):
             cell = (r["model"] or "", r["dataset"] or "")
             values.setdefault(cell, {})[r["policy"]] = float(r["estimate"])
-        compared = {c: v for c, v in values.items() if first in v and second in v}
+            size = r["n"] if r["n"] is not None else _largest_n(rows_of_table, r)
+            sizes.setdefault(cell, {})[r["policy"]] = size
+        both = {c: v for c, v in values.items() if first in v and second in v}
+        compared = {c: v for c, v in both.items() if sizes[c][first] == sizes[c][second]}
+        if both and not compared:
+            shown = "; ".join(
+                f"{'/'.join(x for x in cell if x) or 'all'}: {first} over n={sizes[cell][first]},"
+                f" {second} over n={sizes[cell][second]}"
+                for cell in both
+            )
+            return NOT_COMPARABLE, f"{quantity} over different questions ({shown})"
         if not compared:
             return NOT_RUN, f"no cell estimates {quantity} for both {first} and {second}"
         holds = all(
@@ -327,6 +341,18 @@ def _pairs_in_cells(
         return REPRODUCED if holds else NOT_REPRODUCED, shown
 
     return check
+
+
+def _largest_n(rows_of_table: pl.DataFrame, row: Mapping[str, Any]) -> int | None:
+    """A row without its own n: the largest n among its policy's rows of the same cell
+    (how many rows the policy's numbers there are over)."""
+    sized = rows_of_table.filter(
+        (pl.col("policy") == row["policy"])
+        & pl.col("model").eq_missing(row["model"])
+        & pl.col("dataset").eq_missing(row["dataset"])
+        & pl.col("n").is_not_null()
+    )
+    return None if sized.is_empty() else int(sized["n"].max())
 
 
 def _d(scale: float) -> int:
@@ -506,5 +532,7 @@ def reproduction_tables(
 def _claims_note() -> str:
     return (
         "Each headline finding checked on this run's tables, whatever its models: "
-        "reproduced, not reproduced, or not run (the table or its numbers are missing)."
+        "reproduced, not reproduced, not run (the table or its numbers are missing), or "
+        "not comparable (the two policies' numbers are over different questions: a method "
+        "run on each dataset's first questions only)."
     )

@@ -23,7 +23,7 @@ from typing import Any
 
 from grabrag.core.builds import audited_datasets, sensitivity_variant_name
 from grabrag.core.outputs import output
-from grabrag.core.registry import Features
+from grabrag.core.registry import Features, question_limits
 
 
 class Sources:
@@ -91,6 +91,8 @@ SETTINGS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "audit": _audit,  # the audited datasets, the bootstrap and its seed
     "ner_backend": lambda config: config["ner"]["backend"],
     "bootstrap": lambda config: {**config["bootstrap"], "seed": config["seed"]},
+    # policy -> N: a method run on each dataset's first N questions only
+    "question_limits": question_limits,
 }
 """The config settings a table or figure may use, by name: its job gets those it declares
 and only those, so editing one reruns the outputs that show it and no other."""

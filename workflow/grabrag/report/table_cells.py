@@ -11,7 +11,7 @@ dataset x policy x condition x metric with its bootstrap CI) as polars reads the
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -112,6 +112,27 @@ def with_note(table: Table, note: str) -> Table:
     """Attach the sentence that ``write_table`` prints after the table's caption."""
     table.note = note
     return table
+
+
+def with_question_limits(table: Table, limits: Mapping[str, int]) -> Table:
+    """A table with, after its note, which of its rows' policies ran on each dataset's
+    first questions only (``limits``: policy -> N) and what that means for its rows."""
+    by_n: dict[int, list[str]] = {}
+    for policy in dict.fromkeys(row.get("policy") for row in table.rows):
+        if policy in limits:
+            by_n.setdefault(limits[policy], []).append(policy)
+    if not by_n:
+        return table
+    parts = "; ".join(
+        f"{', '.join(policies)} on each dataset's first {n} question{'s' * (n != 1)}"
+        for n, policies in sorted(by_n.items())
+    )
+    sentence = (
+        f"Ours, for a small run: {parts} only (evidential.n_questions, cdd.n_questions), "
+        "the other policies on all of them, so a row from the metrics is over its own "
+        "policy's questions (its n) and two rows may be over different questions."
+    )
+    return with_note(table, f"{table.note} {sentence}".strip() if table.note else sentence)
 
 
 def _triple(row: Any) -> tuple[float, float, float]:
