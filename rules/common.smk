@@ -170,14 +170,14 @@ evaluator_asset = lambda w: model_input(RUN.evaluator(w.model))
 evaluator_threads = lambda w: RUN.evaluator(w.model).threads
 evaluator_gpus = lambda w: RUN.evaluator(w.model).gpus
 evidential_cells = lambda w: RUN.evidential_cells(w.model, w.dataset)
-evidential_contexts = lambda w: method_context_files(config, "evidential", w, [w.condition])
+evidential_contexts = lambda w: method_context_files(config, "evidential", w, [w.condition])[0]
 evidential_condition_contexts = lambda w: method_context_files(
     config, "evidential", w, RUN.conditions
 )
 
 # --- rules/cdd.smk ---------------------------------------------------------------------
 cdd_decision_cells = lambda w: RUN.cdd_decision_cells(w.model, w.dataset)
-cdd_contexts = lambda w: method_context_files(config, "cdd", w, [w.condition])
+cdd_contexts = lambda w: method_context_files(config, "cdd", w, [w.condition])[0]
 cdd_condition_contexts = lambda w: method_context_files(config, "cdd", w, RUN.conditions)
 
 # --- rules/report.smk ------------------------------------------------------------------

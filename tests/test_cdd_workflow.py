@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from grabrag.cdd.decisions import FAMILY
 from grabrag.cdd.diagnostics import DIAGNOSTIC_COLUMNS, PERTURBATION_TYPES
@@ -314,3 +315,54 @@ def test_cdd_outputs_are_json_without_nan(tiny_run: Path) -> None:
     for path in (tiny_run / f"results/cdd/{MODEL}").rglob("*.jsonl"):
         for line in path.read_text().splitlines():
             json.loads(line, parse_constant=refuse)
+
+
+@pytest.fixture(scope="module")
+def first_question_run(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the tiny run with EvidentialRAG and the CDD family on each dataset's first
+    question only (evidential.n_questions, cdd.n_questions: 1), as the embedded default
+    runs them: only their jobs, their policies and what reads them run again."""
+    from .conftest import TINY, copy_run, planned_jobs
+
+    workdir = tmp_path_factory.mktemp("first_question")
+    copy_run(tiny_run, workdir)
+    config = yaml.safe_load(TINY.read_text())
+    for section in ("evidential", "cdd"):
+        config[section]["n_questions"] = 1
+    configfile = workdir / "first_question.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    proc = snakemake(workdir, configfile=configfile)
+    jobs = planned_jobs(proc.stdout + proc.stderr)
+    assert jobs["method_contexts"] == len(CONDITIONS), jobs  # nq_bigbench's five
+    assert {"cdd_generate", "baselines_generate", "evidential_evaluate"} <= set(jobs), jobs
+    assert "generate_context_prompts" not in jobs and "nli" not in jobs, jobs
+    return workdir
+
+
+def test_the_methods_on_the_first_question_only(first_question_run: Path) -> None:
+    root = first_question_run
+    for condition in CONDITIONS:
+        contexts = _contexts(root, "nq_bigbench", condition)
+        first = [r["qid"] for r in contexts if r["index"] < 1]
+        cell = root / f"results/policies/{MODEL}/nq_bigbench/{condition}"
+        for policy in ("EVID", "EVID_CB", *FAMILY):
+            assert [r["qid"] for r in read_jsonl(cell / f"{policy}.jsonl")] == first, policy
+        assert len(read_jsonl(cell / "P1.jsonl")) == len(contexts)
+    # the TruthfulQA probe keeps its own size
+    traces = read_jsonl(root / f"results/cdd/{MODEL}/truthfulqa/TQB/traces.jsonl")
+    assert len(traces) == 3
+    with (root / "results/metrics/nq_bigbench.csv").open(newline="") as handle:
+        sizes = {
+            r["policy"]: int(r["n"])
+            for r in csv.DictReader(handle)
+            if r["condition"] == "Q100" and r["metric"] == "answer_rate"
+        }
+    assert sizes["CDD"] == sizes["EVID"] == 1 and sizes["P1"] == 2, sizes
+    note = (root / "results/tables/cdd_results.md").read_text()
+    assert "on each dataset's first 1 question only" in note
+    with (root / "results/tables/reproduction_claims.csv").open(newline="") as handle:
+        verdicts = {r["Claim"][:30]: r["Verdict"] for r in csv.DictReader(handle)}
+    # EVID over its one question against P0 over both: not compared
+    assert verdicts["EvidentialRAG's refusal F1 is "] == "not comparable"
+    # CDD's accuracies come from its diagnostics, which score P1 on CDD's questions
+    assert verdicts["CDD's adversarial macro accura"] != "not comparable"
