@@ -91,3 +91,19 @@ def test_plan_rule_runs_without_any_download(tmp_path: Path) -> None:
     plan = (tmp_path / "results/plan.md").read_text()
     assert "| llama-3.1-8b-instruct-q4_k_m |" in plan and "In all: 19.3 GB" in plan
     assert not (tmp_path / "resources").exists()  # no asset was fetched
+
+
+def test_the_embedded_default_plans_its_methods_on_the_first_question() -> None:
+    """config.yaml runs GRAB-RAG's policies on every SQuAD question and EvidentialRAG and
+    the CDD family on the first (evidential.n_questions, cdd.n_questions: 1)."""
+    config = validate_config(yaml.safe_load((REPO / "config.yaml").read_text()))
+    n = config["datasets"]["squad"]["n_questions"]
+    assert n > 1 and config["evidential"]["n_questions"] == config["cdd"]["n_questions"] == 1
+    calls = {r["rule"]: r for r in model_calls(config)}
+    conditions = 5  # Q100, Q50, Q0, QC, QX
+    assert calls["generate_context_prompts"]["calls"] == n * conditions * 3
+    assert calls["evidential_evaluate"]["calls"] == 1 * conditions * 5  # one per passage
+    assert calls["evidential_generate"]["calls"] == 1 * conditions * 2  # EVID, EVID_CB
+    assert calls["cdd_generate"]["calls"] == 1 * conditions * 9  # steps 1-5, the reruns
+    assert calls["baselines_generate"]["calls"] == 1 * conditions * 4
+    assert calls["cdd_generate"]["how"].endswith("on each dataset's first 1 question")

@@ -81,7 +81,8 @@ def _method_questions(
 def _on_first(config: Mapping[str, Any], section: str) -> str:
     """What a method's plan rows add to their "how" when it runs on the first questions."""
     limit = config[section].get("n_questions")
-    return "" if limit is None else f", on each dataset's first {limit} questions"
+    plural = "s" * (limit != 1)
+    return "" if limit is None else f", on each dataset's first {limit} question{plural}"
 
 
 def _evidential_rows(
