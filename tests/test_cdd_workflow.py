@@ -366,3 +366,4 @@ def test_the_methods_on_the_first_question_only(first_question_run: Path) -> Non
     assert verdicts["EvidentialRAG's refusal F1 is "] == "not comparable"
     # CDD's accuracies come from its diagnostics, which score P1 on CDD's questions
     assert verdicts["CDD's adversarial macro accura"] != "not comparable"
+    assert verdicts["CDD pays in clean accuracy: be"] != "not comparable"

@@ -75,6 +75,11 @@ def _conditions_of(frame: pl.DataFrame) -> list[str]:
     return [c for c in (*SHOULD_ANSWER, *SHOULD_ABSTAIN) if c in present]
 
 
+def _accuracy(row: Any) -> Any:
+    """A diagnostics accuracy in percent, keeping the rows it is over (its n)."""
+    return pct(_value(row), None if row is None else _n(row))
+
+
 def table_cdd_results(metrics: pl.DataFrame, diagnostics: pl.DataFrame) -> Table:
     """Per model x dataset x policy (P1, then the CDD family): the answer rate per condition
     (HwSA at the should-abstain ones) and EM at Q100 with 95% CIs (from the metric table),
@@ -103,11 +108,11 @@ def table_cdd_results(metrics: pl.DataFrame, diagnostics: pl.DataFrame) -> Table
             row["EM@Q100 [95% CI]"] = _ci(get(model, dataset, policy, "Q100", "em"))
             at = (model, dataset, "perturbation_type", "accuracy", policy)
             for kind in (t for t in types if t not in CDD_OTHER_TYPES):
-                row[f"Acc {kind}"] = pct(_value(diag(*at, kind=kind)))
+                row[f"Acc {kind}"] = _accuracy(diag(*at, kind=kind))
             macro = diag(*at, kind="macro_adversarial")
             row["Acc adversarial macro [95% CI]"] = _ci(macro)
             for kind in (t for t in types if t in CDD_OTHER_TYPES):  # beside the macro
-                row[f"Acc {kind}"] = pct(_value(diag(*at, kind=kind)))
+                row[f"Acc {kind}"] = _accuracy(diag(*at, kind=kind))
             rows.append(row)
     return Table(rows)
 
