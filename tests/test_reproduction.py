@@ -323,3 +323,50 @@ def test_the_tiny_run_says_plainly_that_nothing_is_comparable(tiny_run: Path) ->
     claims = list(csv.DictReader((tables / "reproduction_claims.csv").open()))
     assert len(claims) == len(CLAIMS) and all(c["Verdict"] and c["Numbers"] for c in claims)
     assert (tiny_run / "results/report/tables/reproduction.html").exists()
+
+
+def test_a_method_on_fewer_questions_is_not_compared() -> None:
+    """evidential.n_questions: EVID's numbers over one question's rows and P0's over four
+    are not compared; a cell over the same rows still is, and a cell set aside is named."""
+
+    def cell(model, policy, value, n, quantity="Refusal F1"):
+        return {
+            "table": "evid_results",
+            "model": model,
+            "dataset": "squad",
+            "policy": policy,
+            "condition": "pooled",
+            "quantity": quantity,
+            "estimate": value,
+            "n": n,
+        }
+
+    claim = "EvidentialRAG's refusal F1 is above naive RAG's (P0), in every cell"
+    apart = [cell("a", "EVID", 0.7, 5), cell("a", "P0", 0.1, 20)]
+    (row,) = [r for r in claim_rows(tidy(apart)) if r["Claim"] == claim]
+    assert row["Verdict"] == NOT_COMPARABLE
+    assert row["Numbers"] == (
+        "Refusal F1 over different questions (a/squad: EVID over n=5, P0 over n=20)"
+    )
+    mixed = [*apart, cell("b", "EVID", 0.7, 20), cell("b", "P0", 0.1, 20)]
+    (row,) = [r for r in claim_rows(tidy(mixed)) if r["Claim"] == claim]
+    assert row["Verdict"] == REPRODUCED
+    assert row["Numbers"] == (
+        "b/squad: EVID 70.0 vs P0 10.0; not compared, over different questions: "
+        "a/squad: EVID over n=5, P0 over n=20"
+    )
+    # a row without its own n counts as its policy's largest n in the cell
+    ece = "ECE Eq. 26-27 (15 bins)"
+    unsized = [
+        cell("a", "EVID", 0.1, None, ece),
+        cell("a", "P0", 0.3, None, ece),
+        cell("a", "EVID", 0.5, 5, "Ans [95% CI]"),
+        cell("a", "P0", 0.5, 20, "Ans [95% CI]"),
+    ]
+    verdicts = {r["Claim"]: r["Verdict"] for r in claim_rows(tidy(unsized))}
+    assert (
+        verdicts[
+            "EvidentialRAG's ECE (Eqs. 26-27, 15 bins) is below naive RAG's (P0), in every cell"
+        ]
+        == NOT_COMPARABLE
+    )

@@ -321,13 +321,14 @@ def _pairs_in_cells(
             sizes.setdefault(cell, {})[r["policy"]] = size
         both = {c: v for c, v in values.items() if first in v and second in v}
         compared = {c: v for c, v in both.items() if sizes[c][first] == sizes[c][second]}
+        apart = "; ".join(
+            f"{'/'.join(x for x in cell if x) or 'all'}: {first} over n={sizes[cell][first]},"
+            f" {second} over n={sizes[cell][second]}"
+            for cell in both
+            if cell not in compared
+        )
         if both and not compared:
-            shown = "; ".join(
-                f"{'/'.join(x for x in cell if x) or 'all'}: {first} over n={sizes[cell][first]},"
-                f" {second} over n={sizes[cell][second]}"
-                for cell in both
-            )
-            return NOT_COMPARABLE, f"{quantity} over different questions ({shown})"
+            return NOT_COMPARABLE, f"{quantity} over different questions ({apart})"
         if not compared:
             return NOT_RUN, f"no cell estimates {quantity} for both {first} and {second}"
         holds = all(
@@ -338,6 +339,8 @@ def _pairs_in_cells(
             f" vs {second} {scale * v[second]:.{_d(scale)}f}"
             for cell, v in compared.items()
         )
+        if apart:  # cells set aside are named, never dropped silently
+            shown += f"; not compared, over different questions: {apart}"
         return REPRODUCED if holds else NOT_REPRODUCED, shown
 
     return check
