@@ -326,19 +326,28 @@ def build_contexts(
     return rows, report
 
 
+# Several construction seeds pooled as one sample (grabrag.evaluation.seeds) offset a
+# seed's question positions by this much times its place among the seeds, so that the
+# pooled order keeps each seed's questions together and in their own order.
+SEED_STRIDE = 10**9
+
+
+def sample_position(row: Mapping[str, Any], source: str | Path = "context rows") -> int:
+    """A context row's question's place in its build's sample (its ``index``, 0 first),
+    whether the row is a build's own or pooled over the seeds."""
+    index = row.get("index")
+    if not isinstance(index, int):
+        raise DataError(
+            f"{source}: qid {row.get('qid')} has no integer 'index' (the question's place in "
+            "the sample); rebuild the contexts"
+        )
+    return index % SEED_STRIDE
+
+
 def first_questions(
     rows: Sequence[Mapping[str, Any]], n: int, source: str | Path = "context rows"
 ) -> list[Mapping[str, Any]]:
-    """The rows (of any condition) whose question is among the first ``n`` of the sample
-    (``index`` below n), in their order: what a method run on a dataset's first questions
-    only reads (``evidential.n_questions``, ``cdd.n_questions``)."""
-    kept = []
-    for position, row in enumerate(rows, start=1):
-        if not isinstance(row.get("index"), int):
-            raise DataError(
-                f"{source}, row {position}: no integer 'index' (the question's place in the "
-                "sample); rebuild the contexts"
-            )
-        if row["index"] < n:
-            kept.append(row)
-    return kept
+    """The rows (of any condition) whose question is among the first ``n`` of the sample,
+    in their order: what a method run on a dataset's first questions only reads
+    (``evidential.n_questions``, ``cdd.n_questions``)."""
+    return [row for row in rows if sample_position(row, source) < n]

@@ -18,27 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from grabrag.contexts.paired import sample_position
 from grabrag.core.conditions import NAMES
 from grabrag.core.decisions import ABSTAIN, ANSWER
 from grabrag.core.errors import DataError
 from grabrag.core.io import read_jsonl
 
 CellKey = tuple[str, str, str, str]  # (model, dataset, condition, policy)
-
-# Several construction seeds pooled as one sample (grabrag.evaluation.seeds) offset a
-# seed's question positions by this much times its place among the seeds, so that the
-# pooled order keeps each seed's questions together and in their own order.
-SEED_STRIDE = 10**9
-
-
-def sample_position(row: Mapping[str, Any]) -> int:
-    """A context row's question's place in its build's sample (0 first), pooled or not."""
-    index = row.get("index")
-    if not isinstance(index, int):
-        raise DataError(
-            f"context row of qid {row.get('qid')}: no integer 'index' (its place in the sample)"
-        )
-    return index % SEED_STRIDE
 
 
 def read_decision_files(
@@ -115,8 +101,11 @@ class DatasetFrame:
             raise DataError(f"{label}: no context rows for {dataset}/{condition}")
         expected = self.by_condition[condition]
         if first_questions is not None:
+            source = f"context rows of {dataset}/{condition}"
             expected = {
-                qid: row for qid, row in expected.items() if sample_position(row) < first_questions
+                qid: row
+                for qid, row in expected.items()
+                if sample_position(row, source) < first_questions
             }
         index: dict[str, Mapping[str, Any]] = {}
         for position, row in enumerate(rows, start=1):

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from grabrag.contexts.paired import SEED_STRIDE
 from grabrag.core.errors import DataError
-from grabrag.evaluation.inputs import SEED_STRIDE, CellKey
+from grabrag.evaluation.inputs import CellKey
 
 Rows = Sequence[Mapping[str, Any]]
 
