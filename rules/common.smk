@@ -19,6 +19,8 @@ from grabrag.core.conditions import CLOSED_BOOK, TRUTHFULQA
 from grabrag.core.errors import ConfigError
 from grabrag.core.outputs import TRUTHFULQA_DECISIONS
 from grabrag.data.assets import manifest_path
+from grabrag.data.datasets import adapter_code_file
+from grabrag.generation.backends import module_backend
 from grabrag.generation.prompts import CONTEXT_PROMPTS
 from grabrag.pipeline.codehash import code_hash, module_code_hash
 from grabrag.pipeline.config import validate_config
@@ -99,7 +101,9 @@ BUILT_DATASETS = _alternatives(RUN.built_datasets)
 dataset_asset = lambda w: asset_manifest(
     config["datasets"][RUN.configured_dataset(w.dataset)]["asset"]
 )
-dataset_config = lambda w: RUN.dataset_config(w.dataset)
+# An adapter from a config module is code of the dataset's build: editing it rebuilds that
+# dataset (a built-in adapter is part of prepare_data's own code).
+dataset_config = lambda w: with_adapter_code(RUN.dataset_config(w.dataset))
 sample_seed = lambda w: RUN.sample_seed(w.dataset)
 construction_seed = lambda w: RUN.construction_seed(w.dataset)
 base_file = lambda stage, name: lambda w: RUN.base_file(stage, name, w.dataset)
@@ -122,7 +126,7 @@ SERVED_MODELS = _alternatives(RUN.served_models())
 # model's canary file (rules/endpoint.smk).
 model_input = lambda entry: entry.proof or asset_manifest(entry.asset)
 model_asset = lambda w: model_input(RUN.model(w.model))
-model_settings = lambda w: stable(config["models"][w.model])
+model_settings = lambda w: backend_settings(RUN.model(w.model))
 model_threads = lambda w: RUN.model(w.model).threads
 model_gpus = lambda w: RUN.model(w.model).gpus
 closed_book_cell = lambda w: RUN.closed_book_file(w)
@@ -165,7 +169,7 @@ truthfulqa_scorer_gpus = lambda w: RUN.verifier(w.model).gpus if scores_by_nli e
 
 # --- rules/evidential.smk --------------------------------------------------------------
 evaluator_name = lambda w: RUN.evaluator(w.model).name
-evaluator_settings = lambda w: stable(RUN.evaluator(w.model).settings)
+evaluator_settings = lambda w: backend_settings(RUN.evaluator(w.model))
 evaluator_asset = lambda w: model_input(RUN.evaluator(w.model))
 evaluator_threads = lambda w: RUN.evaluator(w.model).threads
 evaluator_gpus = lambda w: RUN.evaluator(w.model).gpus
@@ -226,6 +230,24 @@ def extension_code(path):
     """The hash of one module's code: a library module with its closure in the library, a
     config module (``modules``) with the helper modules it imports from its own folder."""
     return module_code_hash(Path(path), LIBRARY_DIR)
+
+
+def with_adapter_code(dataset):
+    """A dataset's entry, with its adapter's code hash when a config module declared it."""
+    path = adapter_code_file(dataset["adapter"])
+    return dataset if path is None else {**dataset, "adapter_code": extension_code(path)}
+
+
+def backend_settings(entry):
+    """A model's entry as its jobs' param, with its backend's code hash when a config
+    module declared that backend: editing the module reruns the model's jobs."""
+    backend = module_backend(entry.settings)
+    settings = stable(entry.settings)
+    return (
+        settings
+        if backend is None
+        else {**settings, "backend_code": extension_code(backend.code_file())}
+    )
 
 
 def _may_use_gpu(gpu):

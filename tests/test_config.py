@@ -160,6 +160,16 @@ def test_validation_does_not_modify_its_input(embedded: dict) -> None:
         ),
         (lambda c: c["models"]["smollm2-135m"].pop("asset"), "models.smollm2-135m: give either"),
         (
+            lambda c: c["models"]["smollm2-135m"].update(backend="vllm_offline"),
+            "config key 'models.smollm2-135m.backend': no module declares a model backend "
+            "named 'vllm_offline' (declared: none); list the module that declares it under "
+            "'modules'",
+        ),
+        (
+            lambda c: c["models"]["smollm2-135m"].update(options={"separator": " "}),
+            "config key 'models.smollm2-135m.options' holds a module backend's settings",
+        ),
+        (
             lambda c: c["models"]["smollm2-135m"].update(
                 endpoint={"base_url": "http://h:8000/v1", "model": "m"}
             ),

@@ -34,10 +34,12 @@ from grabrag.data.datasets import (
     adapt_hf_nq_open_gold,
     adapt_jsonl,
     adapt_squad_v1,
+    adapter_code_file,
     build_dataset,
     dataset_gold_texts,
     exclusion_reason,
     read_dataset,
+    register_adapter,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
@@ -962,6 +964,42 @@ def test_dataset_gold_texts_cover_the_whole_split_not_only_the_sample() -> None:
     assert dataset_gold_texts(output) == ["Paris text.", "Yes-no gold text.", "Lyon."]
     questions, _, _ = build_dataset(output, n_questions=1, seed=0)
     assert len(questions) == 1  # the sample is smaller than the pool's source
+
+
+def _one_question_per_line(path: Path) -> AdapterOutput:
+    """An adapter of a module's kind: one question per line, its answer after a tab; a
+    line without one is a malformed row."""
+    examples, malformed = [], []
+    for i, line in enumerate(path.read_text().splitlines(), start=1):
+        question, _, answer = line.partition("\t")
+        if not answer:
+            malformed.append(f"{path}: line {i}: no answer")
+            continue
+        examples.append(RawExample(f"q{i}", question, [answer], [Passage("", answer)]))
+    return AdapterOutput(examples, [], malformed)
+
+
+def test_a_registered_adapter_is_read_checked_and_its_code_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("grabrag.data.datasets.ADAPTERS", dict(ADAPTERS))
+    register_adapter("lines", _one_question_per_line)
+    register_adapter("lines", _one_question_per_line)  # the same function again: a no-op
+    with pytest.raises(ValueError, match="an adapter named lines is already registered"):
+        register_adapter("lines", adapt_jsonl)
+    with pytest.raises(ValueError, match="an adapter named jsonl is already registered"):
+        register_adapter("jsonl", _one_question_per_line)
+    # a module's adapter is code of the dataset build; a built-in one is in the script's
+    assert adapter_code_file("lines") == Path(__file__).resolve()
+    assert adapter_code_file("squad_v1") is None
+    good = tmp_path / "good.txt"
+    good.write_text("Who wrote Hamlet?\tShakespeare\n")
+    assert [e.answers for e in read_dataset("mine", "lines", good).examples] == [["Shakespeare"]]
+    # the malformed-row check applies to every adapter, not only the built-in ones
+    bad = tmp_path / "bad.txt"
+    bad.write_text("Who wrote Hamlet?\tShakespeare\nWho painted it?\n")
+    with pytest.raises(DataError, match=r"(?s)1 of 2 rows are malformed.*line 2: no answer"):
+        read_dataset("mine", "lines", bad)
 
 
 def test_an_empty_dataset_file_names_the_dataset_and_the_file(tmp_path: Path) -> None:

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
-from grabrag.core import plugins, registry
+from grabrag.core import outputs, plugins, registry
 from grabrag.core.errors import ConfigError
 from grabrag.core.registry import decide
 from grabrag.pipeline.config import validate_config
+from grabrag.pipeline.scope import policy_input_file
 
 from .conftest import MODEL_RULES, TINY, copy_run, planned_jobs, snakemake
 
@@ -70,6 +71,34 @@ def test_module_registers_its_policy_once(clean_registry: None) -> None:
         registry.register(registry.Policy("P1", lambda inputs, settings: [], {}))
     with pytest.raises(ValueError, match="unknown input source"):
         registry.Policy("X", lambda inputs, settings: [], {"P1": "generations"})
+
+
+def test_a_policy_reads_an_output_kind_a_module_declares(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(outputs, "_BY_NAME", dict(outputs.outputs()))
+    with pytest.raises(ValueError, match="or an output kind declared before the policy"):
+        registry.Policy("X", lambda inputs, settings: [], {"checks": "own_checks"})
+    outputs.declare(
+        outputs.Output(
+            "own_checks",
+            "results/own/{model}/{dataset}/{condition}.jsonl",
+            ("model", "dataset", "condition"),
+            outputs.rows_by_cell,
+            "a method's own rows",
+        )
+    )
+    policy = registry.Policy(
+        "X", lambda inputs, settings: [], {"P1": registry.GENERATION, "checks": "own_checks"}
+    )
+    # its own pass: not on Table 13's seed variant
+    assert policy.own_pass and not registry.policy("P1").own_pass
+    cell = {"model": "m", "dataset": "d", "condition": "QC", "policy": "X"}
+    assert policy_input_file("own_checks", "checks", cell, "cb") == "results/own/m/d/QC.jsonl"
+    assert policy_input_file(registry.GENERATION, "P1", cell, "cb") == (
+        "results/generation/m/d/QC/P1.jsonl"
+    )
+    assert policy_input_file(registry.CLOSED_BOOK_PASS, "CB", cell, "cb") == "cb"
 
 
 def test_config_accepts_a_module_policy_only_with_its_module(clean_registry: None) -> None:

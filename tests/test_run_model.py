@@ -6,12 +6,23 @@ variants through the real workflow."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import yaml
 
 from grabrag.core import registry
-from grabrag.generation.backends import model_entry, verifier_endpoint, verifier_entry
+from grabrag.core.errors import ConfigError
+from grabrag.generation import backends
+from grabrag.generation.backends import (
+    Backend,
+    model_entry,
+    open_generator,
+    register_backend,
+    verifier_backend,
+    verifier_endpoint,
+    verifier_entry,
+)
 from grabrag.pipeline.config import validate_config
 from grabrag.pipeline.run import Run
 from grabrag.pipeline.scope import method_context_files
@@ -192,6 +203,71 @@ def test_the_verifier_labels_through_a_served_generator_only_without_weights() -
     assert verifier_endpoint(deberta, served.settings) is None
     entry = verifier_entry(deberta, served, 4)
     assert (entry.served, entry.asset, entry.threads, entry.gpus) == (False, "deberta", 4, 1)
+
+
+class _Opened:
+    """What the test backend's ``open`` was given."""
+
+    batcher = None
+
+    def __init__(self, *args) -> None:
+        self.args = args
+
+
+def _open_test_backend(name, model, weights, settings, n_threads):
+    return _Opened(name, model, weights, settings, n_threads)
+
+
+def test_a_module_backend_decides_its_models_slot_opening_and_verifier(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    monkeypatch.setattr(backends, "_BACKENDS", {})
+    on_cpu = register_backend(Backend("on_cpu", _open_test_backend))
+    register_backend(on_cpu)  # the same declaration again: a no-op
+    with pytest.raises(ValueError, match="a model backend named on_cpu is already registered"):
+        register_backend(Backend("on_cpu", _open_test_backend))
+    register_backend(Backend("on_gpu", _open_test_backend, uses_gpu=True))
+    assert on_cpu.code_file() == Path(__file__).resolve()
+    # a local model: its threads, a GPU slot as its backend says, its asset if it has one
+    entry = model_entry("m", {"backend": "on_cpu", "asset": "w", "n_gpu_layers": -1}, 4)
+    assert (entry.served, entry.asset, entry.threads, entry.gpus, entry.proof) == (
+        False,
+        "w",
+        4,
+        0,
+        None,
+    )
+    entry = model_entry("m", {"backend": "on_gpu", "threads": 2}, 4)
+    assert (entry.asset, entry.threads, entry.gpus) == (None, 2, 1)
+    with pytest.raises(ValueError, match="unknown model backend 'nope'"):
+        model_entry("m", {"backend": "nope"}, 4)
+    # the llm verifier without weights of its own labels through the generator's backend
+    llm, deberta = {"backend": "llm", "asset": None}, {"backend": "transformers", "asset": "d"}
+    assert verifier_backend(llm, entry.settings) is backends._BACKENDS["on_gpu"]
+    assert verifier_backend(deberta, entry.settings) is None
+    assert verifier_backend({"backend": "llm", "asset": "own"}, entry.settings) is None
+    verifier = verifier_entry(llm, entry, 4)
+    assert (verifier.served, verifier.asset, verifier.threads, verifier.gpus) == (
+        False,
+        None,
+        2,
+        1,
+    )
+    # open_generator hands the backend the model, its resolved weights and the settings
+    opened = open_generator("m", {"backend": "on_cpu"}, None, "settings", 3)
+    assert opened.args == ("m", {"backend": "on_cpu"}, None, "settings", 3)
+    (tmp_path / "w.bin").write_bytes(b"w")
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text('{"path": "w.bin"}')
+    opened = open_generator("m", {"backend": "on_cpu"}, [str(manifest)], "s", 1)
+    assert opened.args[2] == tmp_path / "w.bin"
+    # the config check accepts a registered backend, with or without an asset
+    config = yaml.safe_load(TINY.read_text())
+    config["models"]["plain"] = {"backend": "on_cpu", "options": {"separator": " "}}
+    assert Run(validate_config(copy.deepcopy(config))).model("plain").asset is None
+    config["models"]["plain"]["endpoint"] = ENDPOINT
+    with pytest.raises(ConfigError, match="give backend .* or endpoint .*, not both"):
+        validate_config(config)
 
 
 def test_a_method_on_the_first_questions_reads_their_context_rows() -> None:

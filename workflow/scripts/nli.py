@@ -9,7 +9,8 @@ import llama_cpp  # noqa: F401  (first: see grabrag.generation.generator.LLAMA_F
 from grabrag.core.io import read_jsonl, write_jsonl
 from grabrag.core.runner import log, run_rule
 from grabrag.data.assets import resolve_given
-from grabrag.generation.backends import verifier_endpoint
+from grabrag.generation.backends import open_generator, verifier_backend, verifier_endpoint
+from grabrag.generation.generator import GenerationSettings
 from grabrag.policies.nli import lazy_verifier, nli_report, nli_rows
 
 
@@ -18,9 +19,18 @@ def main(smk):
     endpoint = verifier_endpoint(nli, model)
     # the verifier's weights, or (labelling through a served generator) its canary file
     given = smk.input.get("verifier")
+    # what the verifier's labels name when it has no weights file of its own
+    labeller = endpoint["model"] if endpoint else model.get("backend")
+    opener = None
+    if verifier_backend(nli, model) is not None:
+        # labelling with the generator's own model, opened through its module's backend
+        def opener():
+            settings = GenerationSettings(seed=smk.params.seed)
+            return open_generator(smk.wildcards.model, model, given, settings, smk.threads)
+
     verifier = lazy_verifier(
         nli["backend"],
-        None if endpoint else resolve_given(given),
+        None if endpoint or opener else resolve_given(given),
         n_threads=smk.threads,
         device=nli["device"],
         batch_size=nli["batch_size"],
@@ -29,9 +39,10 @@ def main(smk):
         allow_cpu=model["allow_cpu"],
         batch=endpoint["concurrency"] if endpoint else model["batch"],
         seed=smk.params.seed,
-        name=nli["asset"] or model.get("asset") or endpoint["model"],
+        name=nli["asset"] or model.get("asset") or labeller,
         endpoint=endpoint,
         canary=Path(given) if endpoint else None,
+        opener=opener,
     )
     rows = nli_rows(
         read_jsonl(smk.input.contexts),

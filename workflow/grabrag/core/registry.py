@@ -73,6 +73,14 @@ def gate_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     return {"gate_threshold": config["cdd"]["gate_threshold"], "gate": config["cdd"]["gate"]}
 
 
+def _declared(source: str) -> bool:
+    """Whether ``source`` names a declared output kind (a method's own rows, from the
+    module that declares the method's policy): its file in the policy's cell is the input."""
+    from grabrag.core import outputs  # only for such a source: the built-in ones need none
+
+    return source in outputs.outputs()
+
+
 @dataclass(frozen=True)
 class Policy:
     """One abstention policy.
@@ -86,7 +94,7 @@ class Policy:
 
     name: str
     decide: Decide | str
-    inputs: Mapping[str, str]  # key -> one of SOURCES
+    inputs: Mapping[str, str]  # key -> one of SOURCES, or a declared output kind's name
     label: str | None = None  # figure legends; default: the name
     printed: str | None = None  # tables; default: the name
     title: str | None = None  # Table 2's row name; default: the label
@@ -102,11 +110,11 @@ class Policy:
     in_cdd_tables: bool = False  # CDD's accuracy tables compare it (CDD vs the baselines)
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.inputs.values()) - set(SOURCES))
+        unknown = sorted(s for s in set(self.inputs.values()) - set(SOURCES) if not _declared(s))
         if unknown:
             raise ValueError(
-                f"policy {self.name}: unknown input source {', '.join(unknown)} "
-                f"(known: {', '.join(SOURCES)})"
+                f"policy {self.name}: unknown input source {', '.join(unknown)} (known: "
+                f"{', '.join(SOURCES)}, or an output kind declared before the policy)"
             )
 
     @property
@@ -121,8 +129,9 @@ class Policy:
 
     @property
     def own_pass(self) -> bool:
-        """Whether it reads a model pass of its own (EvidentialRAG's, CDD's, a baseline's)."""
-        return any(source in OWN_PASS_SOURCES for source in self.inputs.values())
+        """Whether it reads a model pass of its own (EvidentialRAG's, CDD's, a baseline's,
+        or a method's whose rows are an output kind of its module)."""
+        return any(s in OWN_PASS_SOURCES or s not in SOURCES for s in self.inputs.values())
 
     def config_settings(self, config: Mapping[str, Any]) -> dict[str, Any]:
         return dict((self.settings or own_options(self.name))(config))

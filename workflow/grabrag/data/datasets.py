@@ -12,6 +12,7 @@ passages (paragraphs that are not gold for any question, e.g. HotpotQA distracto
 from __future__ import annotations
 
 import hashlib
+import inspect
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -295,6 +296,26 @@ ADAPTERS: dict[str, Callable[[Path], AdapterOutput]] = {
     "hf_hotpotqa_distractor": adapt_hf_hotpotqa_distractor,
     "jsonl": adapt_jsonl,
 }
+BUILTIN_ADAPTERS = frozenset(ADAPTERS)
+
+
+def register_adapter(name: str, read: Callable[[Path], AdapterOutput]) -> None:
+    """Declare an adapter under the name ``datasets.<name>.adapter`` gives: a module the
+    config lists under ``modules`` calls this when it is imported (every job imports the
+    config's modules first). ``read`` takes the dataset asset's file and returns its
+    questions; a second adapter under a taken name is an error."""
+    if name in ADAPTERS and ADAPTERS[name] is not read:
+        raise ValueError(f"an adapter named {name} is already registered")
+    ADAPTERS[name] = read
+
+
+def adapter_code_file(name: str) -> Path | None:
+    """The file of an adapter a config module declared (its code is the dataset build's
+    code besides the rule's script), or None for a built-in adapter, which that script's
+    own code already covers."""
+    if name in BUILTIN_ADAPTERS or name not in ADAPTERS:
+        return None
+    return Path(inspect.getfile(ADAPTERS[name])).resolve()
 
 
 # --- filters, sampling, corpus ------------------------------------------------------------
@@ -309,7 +330,8 @@ def read_dataset(name: str, adapter: str, path: Path) -> AdapterOutput:
             f"dataset {name}: its file {path} is empty; if the workflow fetched it, delete "
             "its asset folder under resources/ and run snakemake again, else fix the file"
         )
-    output = ADAPTERS[adapter](path)
+    # The built-in adapters check their malformed rows themselves; one from a module may not.
+    output = _check_malformed(path, ADAPTERS[adapter](path))
     if not output.examples:
         raise DataError(
             f"dataset {name}: the {adapter} adapter found no question in {path} "

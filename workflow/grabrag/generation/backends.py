@@ -1,18 +1,22 @@
 """Where each configured model runs, decided once: served or local, its asset, its GPU
 slot, its threads, and how a job opens it.
 
-A model entry of the config (``models.<name>``) is either a GGUF file this job loads with
-llama.cpp (``asset``) or a served model called through its OpenAI-compatible ``endpoint``
-(:mod:`grabrag.generation.endpoint`). The rules ask :func:`model_entries` for an entry's
-asset, threads and GPU slot, the job scripts ask :func:`open_generator` for the generator,
-and the NLI verifier asks :func:`verifier_entry` (and :func:`verifier_endpoint`) whether it
-labels through its generator's server. A third backend is one more branch here.
+A model entry of the config (``models.<name>``) is a GGUF file this job loads with
+llama.cpp (``asset``), a served model called through its OpenAI-compatible ``endpoint``
+(:mod:`grabrag.generation.endpoint`), or a model of a backend that a config module
+declares (``backend``, with :func:`register_backend`). The rules ask
+:func:`model_entries` for an entry's asset, threads and GPU slot, the job scripts ask
+:func:`open_generator` for the generator, and the NLI verifier asks :func:`verifier_entry`
+(and :func:`verifier_endpoint`, :func:`verifier_backend`) whether it labels through its
+generator's server or backend.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 # A served model's canary file (rules/endpoint.smk writes it; no table reads it).
@@ -20,6 +24,54 @@ CANARY_PATTERN = "results/endpoint/{model}/canary.json"
 
 if TYPE_CHECKING:  # the rules read model entries without loading the generation code
     from grabrag.generation.generator import GenerationSettings
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A model backend that a config module declares: ``models.<name>.backend`` names it.
+
+    ``open(name, model, weights, settings, n_threads)`` returns the generator of model
+    ``name``: its config entry (``model``; its backend's own settings under ``options``),
+    the resolved path of its ``asset`` (None without one), the job's generation settings
+    and threads. The generator answers ``complete(messages, grammar=None,
+    max_tokens=None)`` with ``raw``, ``finish_reason``, ``prompt_tokens``,
+    ``completion_tokens`` and ``seconds``, ``reset()``, ``preflight(calls)`` and has a
+    ``batcher`` (None: one call at a time). ``uses_gpu``: its jobs take a GPU slot."""
+
+    name: str
+    open: Callable[..., Any]
+    uses_gpu: bool = False
+
+    def code_file(self) -> Path:
+        """The file that opens it (the code of every job of its models, with the script's)."""
+        return Path(inspect.getfile(self.open)).resolve()
+
+
+_BACKENDS: dict[str, Backend] = {}
+
+
+def register_backend(backend: Backend) -> Backend:
+    """Add ``backend``; a second backend under a registered name is an error."""
+    if backend.name in _BACKENDS and _BACKENDS[backend.name] is not backend:
+        raise ValueError(f"a model backend named {backend.name} is already registered")
+    _BACKENDS[backend.name] = backend
+    return backend
+
+
+def backend_names() -> list[str]:
+    """The registered backends' names: what ``models.<name>.backend`` may give."""
+    return list(_BACKENDS)
+
+
+def module_backend(model: Mapping[str, Any]) -> Backend | None:
+    """The registered backend a model entry names, or None for a GGUF or a served model."""
+    name = model.get("backend")
+    if name is None:
+        return None
+    if name not in _BACKENDS:
+        known = ", ".join(_BACKENDS) or "none is registered"
+        raise ValueError(f"unknown model backend {name!r} (known: {known})")
+    return _BACKENDS[name]
 
 
 def is_served(model: Mapping[str, Any]) -> bool:
@@ -62,13 +114,18 @@ class ModelEntry:
 def model_entry(name: str, model: Mapping[str, Any], local_threads: int) -> ModelEntry:
     """``models.<name>``; ``local_threads``: a local model's threads when it sets none."""
     served = is_served(model)
+    backend = module_backend(model)
+    if backend is not None:
+        gpus = int(backend.uses_gpu)
+    else:
+        gpus = 0 if served or model.get("n_gpu_layers", 0) == 0 else 1
     return ModelEntry(
         name=name,
         settings=model,
         served=served,
-        asset=None if served else model["asset"],
+        asset=None if served else model.get("asset"),
         threads=1 if served else (model.get("threads") or local_threads),
-        gpus=0 if served or model.get("n_gpu_layers", 0) == 0 else 1,
+        gpus=gpus,
     )
 
 
@@ -95,6 +152,14 @@ def verifier_endpoint(nli: Mapping[str, Any], model: Mapping[str, Any]) -> Mappi
     no asset of its own and a served generator; else None (it loads its own weights)."""
     if nli["backend"] == "llm" and not nli["asset"]:
         return model.get("endpoint") or None
+    return None
+
+
+def verifier_backend(nli: Mapping[str, Any], model: Mapping[str, Any]) -> Backend | None:
+    """The module backend the verifier labels through: the generator's, for the llm backend
+    with no asset of its own and a generator of a module's backend; else None."""
+    if nli["backend"] == "llm" and not nli["asset"]:
+        return module_backend(model)
     return None
 
 
@@ -126,8 +191,9 @@ def open_generator(
     cached: bool = True,
 ) -> Any:
     """The generator of ``models.<name>``: a served model (its ``endpoint``, see
-    :mod:`grabrag.generation.endpoint`) or its GGUF file loaded in this process. Both answer
-    ``complete``, ``reset``, ``preflight`` and ``batcher`` alike. ``model_input``: what the
+    :mod:`grabrag.generation.endpoint`), a model of a module's backend (:class:`Backend`)
+    or its GGUF file loaded in this process. All answer ``complete``, ``reset``,
+    ``preflight`` and ``batcher`` alike. ``model_input``: what the
     rule's ``model`` input holds (``model_input`` in rules/common.smk, from
     :attr:`ModelEntry.proof`): a local model's asset manifest, a served model's canary
     file. ``cached``: whether a served model's responses come from (and go to) the response
@@ -135,6 +201,12 @@ def open_generator(
     from grabrag.data.assets import given_path
 
     given = given_path(model_input)
+    backend = module_backend(model)
+    if backend is not None:
+        from grabrag.data.assets import resolve
+
+        weights = None if given is None else resolve(given)
+        return backend.open(name, model, weights, settings, n_threads)
     if is_served(model):
         from grabrag.generation.endpoint import EndpointGenerator
 

@@ -26,6 +26,7 @@ from grabrag.core.conditions import TRUTHFULQA
 from grabrag.core.errors import ConfigError
 from grabrag.core.plugins import config_modules
 from grabrag.data.datasets import ADAPTERS
+from grabrag.generation.backends import backend_names
 
 SCHEMA_FILE = "config.schema.yaml"
 
@@ -126,11 +127,34 @@ def _need_asset(
         )
 
 
+def _check_module_backend(model: str, spec: Mapping[str, Any]) -> None:
+    """A model of a module's backend names a registered backend and no endpoint."""
+    if spec["backend"] not in backend_names():
+        declared = ", ".join(backend_names()) or "none"
+        raise ConfigError(
+            f"config key 'models.{model}.backend': no module declares a model backend named "
+            f"'{spec['backend']}' (declared: {declared}); list the module that declares it "
+            "under 'modules'"
+        )
+    if "endpoint" in spec:
+        raise ConfigError(
+            f"models.{model}: give backend (a module's backend) or endpoint (a served "
+            "model), not both"
+        )
+
+
 def _check_models_and_retrieval(checked: Mapping[str, Any]) -> None:
     """The models', datasets' and encoder's assets exist; the hybrid weights sum to 1."""
     assets = checked["assets"]
     for model, spec in checked["models"].items():
-        if ("asset" in spec) == ("endpoint" in spec):
+        if "backend" in spec:
+            _check_module_backend(model, spec)
+        elif "options" in spec:
+            raise ConfigError(
+                f"config key 'models.{model}.options' holds a module backend's settings, "
+                "but the model names no backend: remove it or give backend"
+            )
+        elif ("asset" in spec) == ("endpoint" in spec):
             raise ConfigError(
                 f"models.{model}: give either asset (a GGUF run in the job) or endpoint (a "
                 f"served model), {'not both' if 'asset' in spec else 'one of them'}"

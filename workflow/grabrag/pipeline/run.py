@@ -31,21 +31,17 @@ from grabrag.generation.prompts import CONTEXT_PROMPTS
 from grabrag.generation.reask import audit_concurrency, own_concurrency
 from grabrag.pipeline.cells import Cell, cell_file, cells, files, stable
 from grabrag.pipeline.files import (
-    CDD_CELL_FILE,
     CDD_DIAGNOSTICS_FILE,
-    CDD_TRACE_FILE,
     CLOSED_BOOK_FILE,
     CONTEXT_FILE,
     DECISION_FILE,
     EVID_EFFICIENCY_FILE,
     EVID_SWEEP_FILE,
-    EVIDENTIAL_FILE,
     EXTRA_TABLES,
     FIGURE_FILE,
     FIXED_QUESTIONS,
     GENERATION_FILE,
     GENERATION_REPORT_FILE,
-    NLI_FILE,
     P3_SWEEP_FILE,
     PER_BUILD,
     REASK_TABLE,
@@ -53,7 +49,12 @@ from grabrag.pipeline.files import (
     TABLE_PAGE_FILE,
     TABLE_PAGES,
 )
-from grabrag.pipeline.scope import method_datasets, policies_reading, scoped_policies
+from grabrag.pipeline.scope import (
+    method_datasets,
+    policies_reading,
+    policy_input_file,
+    scoped_policies,
+)
 from grabrag.report.reproduction import published_numbers
 from grabrag.report.specs import figure_names, paper_order, report_labels, table_names, table_spec
 from grabrag.scoring.truthfulness import configured_scorer
@@ -454,16 +455,9 @@ class Run:
 
     def policy_inputs(self, cell: Cell) -> dict[str, str]:
         """What one policy job reads, as its registry entry declares it."""
-        sources = {
-            registry.GENERATION: lambda key: cell_file(GENERATION_FILE, cell, prompt=key),
-            registry.CLOSED_BOOK_PASS: lambda key: self.closed_book_file(cell),
-            registry.NLI: lambda key: cell_file(NLI_FILE, cell),
-            registry.EVIDENTIAL: lambda key: cell_file(EVIDENTIAL_FILE, cell, policy=key),
-            registry.CDD_TRACES: lambda key: cell_file(CDD_TRACE_FILE, cell),
-            registry.CDD_CELL: lambda key: cell_file(CDD_CELL_FILE, cell, policy=key),
-        }
         declared = registry.policy(cell["policy"]).inputs
-        return {key: sources[source](key) for key, source in declared.items()}
+        closed_book = self.closed_book_file(cell)
+        return {k: policy_input_file(s, k, cell, closed_book) for k, s in declared.items()}
 
     def p3_sweep_qc_input(self, cell: Cell) -> dict[str, str]:
         """P1 at QC for the P3 sweep's HwSA column, when the config has a QC condition."""

@@ -1,15 +1,34 @@
 """What a config's sections scope: the policies that read a source, the policies a method
-section owns, and the datasets a method runs on (the run model and the plan ask)."""
+section owns, the datasets a method runs on (the run model and the plan ask), and the
+file each policy input is in a cell."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grabrag.core import registry
+from grabrag.core import outputs, registry
 from grabrag.core.conditions import TRUTHFULQA
 from grabrag.pipeline.cells import Cell, cell_file
-from grabrag.pipeline.files import CONTEXT_FILE, METHOD_CONTEXT_FILE
+from grabrag.pipeline.files import (
+    CDD_CELL_FILE,
+    CDD_TRACE_FILE,
+    CONTEXT_FILE,
+    EVIDENTIAL_FILE,
+    GENERATION_FILE,
+    METHOD_CONTEXT_FILE,
+    NLI_FILE,
+)
+
+# The file of each registry source in a policy's cell; ``key`` (the input's name in the
+# policy's declaration) names the prompt's or the policy's file where a source has several.
+_SOURCE_FILES = {
+    registry.GENERATION: lambda cell, key: cell_file(GENERATION_FILE, cell, prompt=key),
+    registry.NLI: lambda cell, key: cell_file(NLI_FILE, cell),
+    registry.EVIDENTIAL: lambda cell, key: cell_file(EVIDENTIAL_FILE, cell, policy=key),
+    registry.CDD_TRACES: lambda cell, key: cell_file(CDD_TRACE_FILE, cell),
+    registry.CDD_CELL: lambda cell, key: cell_file(CDD_CELL_FILE, cell, policy=key),
+}
 
 
 def policies_reading(policies: Sequence[str], source: str) -> list[str]:
@@ -40,3 +59,14 @@ def method_context_files(
     full = limit is None or cell["dataset"] == TRUTHFULQA
     pattern = CONTEXT_FILE if full else METHOD_CONTEXT_FILE
     return [cell_file(pattern, cell, condition=c, questions=limit) for c in conditions]
+
+
+def policy_input_file(source: str, key: str, cell: Cell, closed_book_file: str) -> str:
+    """The file one policy input (``key``: ``source``) is in a policy's ``cell``: a registry
+    source's; the CB pass's ``closed_book_file`` (a variant reuses its base dataset's); or,
+    for a method a module adds, the same cell's file of the output kind it names."""
+    if source == registry.CLOSED_BOOK_PASS:
+        return closed_book_file
+    if source in _SOURCE_FILES:
+        return _SOURCE_FILES[source](cell, key)
+    return cell_file(outputs.output(source).pattern, cell)

@@ -437,12 +437,17 @@ def build_verifier(
     batch: int = 1,
     endpoint: Mapping[str, Any] | None = None,
     canary: Path | None = None,
+    opener: Callable[[], Any] | None = None,
 ) -> Verifier:
     """The configured backend (``nli.backend``: "transformers" or "llm"). ``endpoint``:
     the served generator's, which the llm verifier labels through; ``canary``: its canary
-    file, whose proven identity the server must still have."""
+    file, whose proven identity the server must still have; ``opener``: opens the
+    generator of a module's backend, which the llm verifier then labels with."""
     if backend == "transformers":
         return TransformersNli(model_path, batch_size=batch_size, device=device, name=name)
+    if backend == "llm" and opener is not None:
+        # The generator's own model, through the backend a config module declares.
+        return LlmNli(opener(), name=name)
     if backend == "llm" and endpoint:
         # The generator's own model, served: the labels come from its endpoint.
         from grabrag.generation.endpoint import EndpointGenerator
