@@ -203,10 +203,9 @@ def open_generator(
     given = given_path(model_input)
     backend = module_backend(model)
     if backend is not None:
-        from grabrag.data.assets import resolve
+        from grabrag.data.assets import resolve_given
 
-        weights = None if given is None else resolve(given)
-        return backend.open(name, model, weights, settings, n_threads)
+        return backend.open(name, model, resolve_given(model_input), settings, n_threads)
     if is_served(model):
         from grabrag.generation.endpoint import EndpointGenerator
 
