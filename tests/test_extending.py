@@ -102,13 +102,24 @@ def test_the_page_names_its_files() -> None:
     }
 
 
-@pytest.fixture(scope="module")
-def extending_run(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    workdir = tmp_path_factory.mktemp("extending")
+def page_workdir(
+    tiny_run: Path, tmp_path_factory: pytest.TempPathFactory, config: str, *modules: str
+) -> Path:
+    """A copy of the finished tiny run with one walkthrough's files in it: its config file
+    (``<config>.yaml``) and its modules, as the page gives them."""
+    workdir = tmp_path_factory.mktemp(config)
     copy_run(tiny_run, workdir)
     files = page_files()
-    for name in ("either.py", "gold_rank.py", "gold_rank.rst", "extending.yaml"):
+    for name in (*modules, f"{config}.yaml"):
         (workdir / name).write_text(files[name])
+    return workdir
+
+
+@pytest.fixture(scope="module")
+def extending_run(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    workdir = page_workdir(
+        tiny_run, tmp_path_factory, "extending", "either.py", "gold_rank.py", "gold_rank.rst"
+    )
     proc = run(workdir)
     jobs = planned_jobs(proc.stdout + proc.stderr)
     # the page's modules add policy and figure jobs; no model is called again
@@ -202,11 +213,7 @@ def planned_values(dry_run_output: str, wildcard: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def adapter_run(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    workdir = tmp_path_factory.mktemp("adapter")
-    copy_run(tiny_run, workdir)
-    files = page_files()
-    for name in ("qa_tsv.py", "my_dataset.yaml"):
-        (workdir / name).write_text(files[name])
+    workdir = page_workdir(tiny_run, tmp_path_factory, "my_dataset", "qa_tsv.py")
     write_squad_as_tsv(workdir / "my_questions.tsv")
     # The tests share one resources_dir, where a path asset's manifest records the file it
     # found: an earlier session's points into that session's (gone) folder.
@@ -275,11 +282,7 @@ def backend(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def backend_run(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    workdir = tmp_path_factory.mktemp("backend")
-    copy_run(tiny_run, workdir)
-    files = page_files()
-    for name in ("plain_llama.py", "my_backend.yaml"):
-        (workdir / name).write_text(files[name])
+    workdir = page_workdir(tiny_run, tmp_path_factory, "my_backend", "plain_llama.py")
     proc = backend(workdir)
     jobs = planned_jobs(proc.stdout + proc.stderr)
     # every model stage runs for the new model, and only for it
