@@ -85,7 +85,7 @@ def test_traces_for_every_condition(tiny_run: Path) -> None:
             assert mistake["wrong_answer_source"] in ("replacement", "parametric_answer", "fixed")
     assert rows_seen > 0
     # the seed-43 variant (Table 13) gets no CDD job
-    assert not (tiny_run / f"results/cdd/{MODEL}/nq_bigbench_seed43").exists()
+    assert not (tiny_run / f"results/cdd/{MODEL}/nq_bigbench_sensitivity43").exists()
 
 
 def test_decision_files_for_every_cdd_policy_and_condition(tiny_run: Path) -> None:

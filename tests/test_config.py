@@ -129,7 +129,17 @@ def test_validation_does_not_modify_its_input(embedded: dict) -> None:
         (lambda c: c.update(seeds=[42, -1]), "config key 'seeds' has -1"),
         (lambda c: c.update(seeds=[123, 999]), "does not list 'seed' (2)"),
         (lambda c: c.update(seeds=[42, "x"]), "config key 'seeds.1'"),
-        (lambda c: c.update(seeds=[2, 3]), "config key 'seed_sensitivity.seed' is 3"),
+        (
+            lambda c: (
+                c.update(seeds=[2, 7]),
+                c["datasets"].update(squad_seed7=c["datasets"]["squad"]),
+            ),
+            "config key 'datasets.squad_seed7': seed 7's replicate of 'squad' is built under",
+        ),
+        (
+            lambda c: c["datasets"].update(squad_sensitivity3=c["datasets"]["squad"]),
+            "config key 'datasets.squad_sensitivity3': Table 13's seed-3 variant of 'squad'",
+        ),
         (
             lambda c: (
                 c["models"]["smollm2-135m"].update(batch=4),

@@ -44,7 +44,7 @@ pytestmark = pytest.mark.integration
 
 PAGE = REPO / "docs" / "extending.md"
 _BLOCK = re.compile(r"```\w+ title=(\S+)\n(.*?)```", re.S)
-MODEL, DATASET, VARIANT = "micro", "nq_bigbench", "nq_bigbench_seed43"
+MODEL, DATASET, VARIANT = "micro", "nq_bigbench", "nq_bigbench_sensitivity43"
 
 
 def page_files() -> dict[str, str]:
@@ -415,7 +415,7 @@ def test_the_method_runs_its_pass_and_its_policy_in_every_cell(
             else:
                 assert {**row, "policy": "P1"} == before
             rules.add(row["rule"])
-    # a method with a pass of its own does not run on Table 13's seed variant
+    # a method with a pass of its own does not run on Table 13's sensitivity variant
     assert not (results / "sufficiency" / MODEL / VARIANT).exists()
     with (results / "tables/table1_hwsa.csv").open(newline="") as handle:
         assert "SUFF" in {cell for row in csv.reader(handle) for cell in row}

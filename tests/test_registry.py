@@ -91,7 +91,7 @@ def test_a_policy_reads_an_output_kind_a_module_declares(
     policy = registry.Policy(
         "X", lambda inputs, settings: [], {"P1": registry.GENERATION, "checks": "own_checks"}
     )
-    # its own pass: not on Table 13's seed variant
+    # its own pass: not on Table 13's sensitivity variant
     assert policy.own_pass and not registry.policy("P1").own_pass
     cell = {"model": "m", "dataset": "d", "condition": "QC", "policy": "X"}
     assert policy_input_file("own_checks", "checks", cell, "cb") == "results/own/m/d/QC.jsonl"

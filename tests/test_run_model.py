@@ -93,13 +93,13 @@ def test_one_dataset_runs_each_method_on_it() -> None:
 
 def test_the_sensitivity_variant_and_the_seed_replicates_are_two_kinds() -> None:
     run = Run(tiny(seeds=[42, 7]))
-    assert list(run.sensitivity_variants) == ["nq_bigbench_seed43"]
+    assert list(run.sensitivity_variants) == ["nq_bigbench_sensitivity43"]
     assert run.replicates == {
         "nq_bigbench_seed7": {"dataset": "nq_bigbench", "seed": 7},
         "squad_seed7": {"dataset": "squad", "seed": 7},
     }
     # the variant keeps the base questions and reuses their CB answers; a replicate draws anew
-    variant, replicate = "nq_bigbench_seed43", "nq_bigbench_seed7"
+    variant, replicate = "nq_bigbench_sensitivity43", "nq_bigbench_seed7"
     assert run.base_dataset(variant) == "nq_bigbench" and run.base_dataset(replicate) == replicate
     assert (run.sample_seed(variant), run.construction_seed(variant)) == (42, 43)
     assert (run.sample_seed(replicate), run.construction_seed(replicate)) == (7, 7)
@@ -115,6 +115,17 @@ def test_the_sensitivity_variant_and_the_seed_replicates_are_two_kinds() -> None
     assert "results/qc/squad_seed7/summary.json" in run.targets()
     assert "results/qc/squad_seed7/audit_sample.csv" not in run.targets()
     assert Run(tiny(seed_sensitivity=None)).sensitivity_variants == {}
+
+
+def test_the_sensitivity_seed_may_also_be_a_construction_seed() -> None:
+    # their names differ, so a run may hold Table 13's variant and the replicate of seed 43
+    run = Run(tiny(seeds=[42, 43]))
+    assert list(run.sensitivity_variants) == ["nq_bigbench_sensitivity43"]
+    assert "nq_bigbench_seed43" in run.replicates
+    variant, replicate = "nq_bigbench_sensitivity43", "nq_bigbench_seed43"
+    assert (run.sample_seed(variant), run.construction_seed(variant)) == (42, 43)
+    assert (run.sample_seed(replicate), run.construction_seed(replicate)) == (43, 43)
+    assert len(set(run.built_datasets)) == len(run.built_datasets)
 
 
 def test_policy_inputs_are_the_files_the_registry_declares() -> None:

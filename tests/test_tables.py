@@ -40,7 +40,7 @@ def _metrics(dataset: str, rates: dict[tuple[str, str], tuple[float, int]]) -> p
 
 def test_seed_sensitivity_compares_answer_rates_of_each_seeds_own_cells() -> None:
     base = _metrics("nq", {("P1", "Q0"): (0.05, 500), ("P1", "QC"): (0.8267, 202)})
-    variant = _metrics("nq_seed43", {("P1", "Q0"): (0.066, 500), ("P1", "QC"): (0.82, 200)})
+    variant = _metrics("nq_sensitivity43", {("P1", "Q0"): (0.066, 500), ("P1", "QC"): (0.82, 200)})
     table = table_seed_sensitivity(base, variant, "m", "nq", 42, 43)
     # The paper's columns (two decimals, as its Table 13); model, dataset and the
     # denominators go into the note.
@@ -67,7 +67,7 @@ def test_seed_sensitivity_compares_answer_rates_of_each_seeds_own_cells() -> Non
 
 def test_seed_sensitivity_missing_cell_is_not_a_number() -> None:
     base = _metrics("nq", {("P1", "Q0"): (0.05, 500)})
-    variant = _metrics("nq_seed43", {("P1", "Q0"): (0.066, 500), ("P1", "QC"): (0.82, 200)})
+    variant = _metrics("nq_sensitivity43", {("P1", "Q0"): (0.066, 500), ("P1", "QC"): (0.82, 200)})
     qc = table_seed_sensitivity(base, variant, "m", "nq", 42, 43).rows[1]
     assert (qc["seed 42"], qc["|delta| (pp)"]) == ("n/a", "n/a")
 

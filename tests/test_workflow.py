@@ -165,9 +165,9 @@ def _planned_conditions(plan: str, rule: str) -> set[tuple[str, str]]:
 
 
 BUILT = ("squad", "nq_bigbench")
-SWAPPED = {(d, c) for d in BUILT for c in ("QC", "QX")} | {("nq_bigbench_seed43", "QC")}
+SWAPPED = {(d, c) for d in BUILT for c in ("QC", "QX")} | {("nq_bigbench_sensitivity43", "QC")}
 PASSAGE_CELLS = {(d, c) for d in BUILT for c in ("Q100", "Q50", "Q0")}
-VARIANT_Q0 = {("nq_bigbench_seed43", "Q0")}
+VARIANT_Q0 = {("nq_bigbench_sensitivity43", "Q0")}
 # the probe's one context job writes its two conditions and its closed-book rows
 PROBE = {("truthfulqa", "TQB"), ("truthfulqa", "TQM"), ("truthfulqa", "Qclosed")}
 
@@ -257,7 +257,7 @@ def test_extended_config_plans_every_extension(tmp_path: Path) -> None:
     jobs = planned_jobs(proc.stdout)
     assert EXTENSION_RULES <= set(jobs), jobs
     # 3 models x 2 datasets x 5 conditions for each of EvidentialRAG's 3 construction
-    # seeds, the seed variant's Q0 + QC, and the TruthfulQA probe's two conditions per
+    # seeds, the sensitivity variant's Q0 + QC, and the TruthfulQA probe's two conditions per
     # model (one draw), on which every one of the 13 policies runs
     assert jobs["generate_context_prompts"] == 3 * 3 * 2 * 5 + 2 + 3 * 2
     assert jobs["policy"] == 13 * 3 * 3 * 2 * 5 + 5 * 2 + 13 * 3 * 2
@@ -629,7 +629,7 @@ def test_tables_and_figures(tiny_run: Path) -> None:
 
 
 def test_seed_sensitivity_variant_and_table13(tiny_run: Path) -> None:
-    variant = "nq_bigbench_seed43"
+    variant = "nq_bigbench_sensitivity43"
     base_q0 = read_jsonl(tiny_run / "results/contexts/nq_bigbench/Q0.jsonl")
     variant_q0 = read_jsonl(tiny_run / f"results/contexts/{variant}/Q0.jsonl")
     # the same questions, shuffled and swapped with Random(43 + i)

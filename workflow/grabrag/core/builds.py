@@ -1,21 +1,20 @@
 """The names of the datasets a run builds besides the configured ones, declared once.
 
 A configured dataset (an entry of ``datasets``) can be built twice more, each time as a
-dataset of its own with its own results folders:
+dataset of its own with its own results folders, and each under a name that says which:
 
 - a **seed replicate** ``<dataset>_seed<N>``: the whole dataset drawn again with a further
   construction seed N of ``seeds`` (new questions, corpus, contexts, swaps, model passes);
-- Table 13's **sensitivity variant** ``<dataset>_seed<N>`` of ``seed_sensitivity``: the
-  *same* questions, corpus and retrieval, their contexts and swaps redone with seed N.
+- Table 13's **sensitivity variant** ``<dataset>_sensitivity<N>`` of ``seed_sensitivity``:
+  the *same* questions, corpus and retrieval, their contexts and swaps redone with seed N.
 
-Both keep the folder name the seed gives them (results of earlier runs stay where they
-are); the config check rejects a ``seed_sensitivity.seed`` that ``seeds`` also lists, so
-one name never means both. The code calls them by their two names: a replicate is about
-``seeds``, a variant about Table 13.
+The two never share a name, so a run may list the sensitivity seed in ``seeds`` too; the
+config check rejects a configured dataset whose name one of them would take.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,7 +26,18 @@ def replicate_name(dataset: str, seed: int, base_seed: int) -> str:
 
 def sensitivity_variant_name(sensitivity: Mapping[str, Any]) -> str:
     """Table 13's variant of ``seed_sensitivity``'s dataset, rebuilt with its seed."""
-    return f"{sensitivity['dataset']}_seed{sensitivity['seed']}"
+    return f"{sensitivity['dataset']}_sensitivity{sensitivity['seed']}"
+
+
+_DERIVED = re.compile(r"^(?P<base>.+)_(?:seed|sensitivity)[0-9]+$")
+
+
+def derived_base(name: str) -> str | None:
+    """The configured dataset a replicate's or a variant's name was made from, read off
+    the name (None for a name of neither form); for ordering rows, where the config is not
+    at hand."""
+    match = _DERIVED.match(name)
+    return match["base"] if match else None
 
 
 def audited_datasets(config: Mapping[str, Any]) -> list[str]:

@@ -133,7 +133,7 @@ CDD_DATASETS = "cdd"  # those the CDD family runs on (cdd.datasets)
 CDD_TRACE_DATASETS = "cdd_traces"  # the CDD datasets, when CDD or CDD-alpha is configured
 CDD_DIAGNOSTIC_DATASETS = "cdd_diagnostics"  # the CDD datasets, with cdd.diagnostics on
 AUDITED_DATASETS = "audited"  # those whose QC audit is filled in (qc.audit_filled)
-SEED_VARIANT_DATASETS = "seed_variants"  # the seed-sensitivity variant ("<dataset>_seed<seed>")
+SENSITIVITY_VARIANT_DATASETS = "sensitivity_variants"  # Table 13's ("<dataset>_sensitivity<seed>")
 TRUTHFULQA_DATASETS = "truthfulqa"  # the TruthfulQA probe's dataset, when truthfulqa_probe is set
 DATASET_SCOPES = (
     ALL_DATASETS,
@@ -142,7 +142,7 @@ DATASET_SCOPES = (
     CDD_TRACE_DATASETS,
     CDD_DIAGNOSTIC_DATASETS,
     AUDITED_DATASETS,
-    SEED_VARIANT_DATASETS,
+    SENSITIVITY_VARIANT_DATASETS,
     TRUTHFULQA_DATASETS,
 )
 # The axes a pattern may vary over; ``condition`` takes the generation conditions (the
@@ -290,7 +290,7 @@ SEED_METRICS = declare(
         ("dataset",),
         paths_by_cell,
         "the metrics of the seed-sensitivity variant (Table 13)",
-        SEED_VARIANT_DATASETS,
+        SENSITIVITY_VARIANT_DATASETS,
     )
 ).name
 METRICS_OVER_DATASETS = declare(

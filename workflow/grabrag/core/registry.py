@@ -284,7 +284,7 @@ class Features:
     cdd_traces: bool = False  # CDD or CDD-alpha: their traces exist
     cdd_diagnostics: bool = False  # cdd.diagnostics with traces
     audited: bool = False  # some dataset's QC audit is filled in
-    seed_sensitivity: bool = False  # a seed variant is configured
+    seed_sensitivity: bool = False  # Table 13's sensitivity variant is configured
     truthfulqa_probe: bool = False  # CDD's TruthfulQA misconception-injection probe
 
 

@@ -21,6 +21,7 @@ import jsonschema
 import yaml
 
 from grabrag.core import registry
+from grabrag.core.builds import replicate_name, sensitivity_variant_name
 from grabrag.core.conditions import NAMES as CONDITION_NAMES
 from grabrag.core.conditions import TRUTHFULQA
 from grabrag.core.errors import ConfigError
@@ -288,8 +289,7 @@ def _type_command_line_strings(checked: dict[str, Any]) -> None:
 
 
 def _check_seeds(checked: dict[str, Any]) -> None:
-    """``seeds``: distinct non-negative seeds, 'seed' among them (null: 'seed' alone), and
-    none whose replicate would take Table 13's variant's name."""
+    """``seeds``: distinct non-negative seeds, 'seed' among them (null: 'seed' alone)."""
     seeds = checked["seeds"]
     base = checked["seed"]
     if seeds is None:
@@ -317,14 +317,29 @@ def _check_seeds(checked: dict[str, Any]) -> None:
             "the outputs of 'seed' keep the paths of a single-seed run; add it to 'seeds', "
             "or set 'seed' to one of them"
         )
+
+
+def _check_built_names(checked: Mapping[str, Any]) -> None:
+    """No configured dataset is named as a seed replicate or Table 13's variant of another
+    one is: the two would write the same results folders."""
+    base = checked["seed"]
+    derived = {
+        replicate_name(dataset, seed, base): f"seed {seed}'s replicate of '{dataset}'"
+        for dataset in checked["datasets"]
+        for seed in checked["seeds"]
+        if seed != base
+    }
     sensitivity = checked.get("seed_sensitivity")
-    if sensitivity and sensitivity["seed"] in seeds:
-        raise ConfigError(
-            f"config key 'seed_sensitivity.seed' is {sensitivity['seed']}, which 'seeds' lists "
-            "too: Table 13 rebuilds the same questions with it, a seed in 'seeds' draws new "
-            f"ones, and both would write {sensitivity['dataset']}_seed{sensitivity['seed']}; "
-            "choose another seed for one of them"
+    if sensitivity:
+        derived[sensitivity_variant_name(sensitivity)] = (
+            f"Table 13's seed-{sensitivity['seed']} variant of '{sensitivity['dataset']}'"
         )
+    for name in checked["datasets"]:
+        if name in derived:
+            raise ConfigError(
+                f"config key 'datasets.{name}': {derived[name]} is built under the same "
+                f"name, and both would write results/*/{name}; rename the dataset"
+            )
 
 
 def _expand_truthfulqa_probe(checked: dict[str, Any]) -> None:
@@ -419,6 +434,7 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
     _check_dataset_references(checked)
     _check_seed_sensitivity(checked)
     _check_seeds(checked)
+    _check_built_names(checked)
     _check_truthfulqa_probe(checked)
     _check_evidential(checked)
     _check_contexts(checked)

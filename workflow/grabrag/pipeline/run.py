@@ -147,7 +147,7 @@ class Run:
                 self.cdd_datasets if self.features.cdd_diagnostics else []
             ),
             outputs.AUDITED_DATASETS: self.audited_datasets,
-            outputs.SEED_VARIANT_DATASETS: list(self.sensitivity_variants),
+            outputs.SENSITIVITY_VARIANT_DATASETS: list(self.sensitivity_variants),
             outputs.TRUTHFULQA_DATASETS: self.truthfulqa_datasets,
         }
 

@@ -432,7 +432,7 @@ def table_section6(metrics: pl.DataFrame) -> Table:
 
 
 def seed_sensitivity_table(s: Sources) -> Table:
-    """Table 13 for each configured seed variant (one, in practice)."""
+    """Table 13 for each configured sensitivity variant (one, in practice)."""
     tables = []
     for cell, path in s.read(SEED_METRICS):
         spec = s.setting("seed_sensitivity")[cell["dataset"]]

@@ -29,13 +29,14 @@ import numpy as np
 import polars as pl
 from tabulate import tabulate
 
+from grabrag.core.builds import derived_base
 from grabrag.core.io import atomic_write
 
 NAN = float("nan")
 
 # The order tables and figures list models and datasets in: the config's (the paper
 # config's is the paper's: Phi, Llama, Qwen; NQ, HotpotQA). Names the config does not
-# list (seed variants, say) follow, sorted.
+# list (seed replicates and sensitivity variants, say) follow, sorted.
 _ORDER: ContextVar[Mapping[str, Sequence[str]] | None] = ContextVar("grabrag_order", default=None)
 
 
@@ -70,12 +71,13 @@ def listed_in(models: Sequence[str], datasets: Sequence[str]) -> Iterator[None]:
 
 def order_key(axis: str, name: str) -> tuple[int, str]:
     """Sort key of a model (``axis`` "model") or dataset ("dataset") name: its place in the
-    :func:`listed_in` order; unlisted names after the listed ones, by name. A seed variant
-    (``nq_seed43``) sorts right after its base dataset."""
+    :func:`listed_in` order; unlisted names after the listed ones, by name. A seed replicate
+    (``nq_seed7``) or Table 13's variant (``nq_sensitivity43``) sorts right after its base
+    dataset."""
     order = list((_ORDER.get() or {}).get(axis, ()))
     if name in order:
         return (2 * order.index(name), "")
-    base = name.split("_seed")[0]
+    base = derived_base(name)
     if base in order:
         return (2 * order.index(base) + 1, name)
     return (2 * len(order), name)
